@@ -1,0 +1,23 @@
+"""How: inference backends, posteriors, prediction, metrics and ArviZ diagnostics."""
+from .arviz_export import load_netcdf, save_netcdf, to_inference_data
+from .backends import BACKENDS, NonFiniteLossError, fit, register_backend
+from .metrics import classification_metrics, evaluate, regression_metrics
+from .posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior
+
+__all__ = [
+    "fit",
+    "BACKENDS",
+    "register_backend",
+    "NonFiniteLossError",
+    "Posterior",
+    "VariationalPosterior",
+    "SamplePosterior",
+    "Prediction",
+    "load_posterior",
+    "evaluate",
+    "regression_metrics",
+    "classification_metrics",
+    "to_inference_data",
+    "save_netcdf",
+    "load_netcdf",
+]

@@ -1,0 +1,387 @@
+"""One result object for every backend: :class:`Posterior`, and its :class:`Prediction`.
+
+A posterior is a way to draw parameter sets ``{site: [S, *site_shape]}`` for a
+:class:`~zoo.bnn.BayesianNetwork`:
+
+* :class:`VariationalPosterior` draws fresh samples from a fitted guide;
+* :class:`SamplePosterior` holds draws ``[chains, draws, *site_shape]`` from a sampler.
+
+Predictions are vectorised: parameter draws are processed in chunks, each chunk in one
+batched forward pass (``vmap``), so memory is bounded by ``chunk_size × N`` activations.
+Everything is seeded: the same ``seed`` gives the same predictions, also after
+``save`` / ``load``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pyro
+import torch
+
+from zoo.bnn import BayesianNetwork
+
+__all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior", "load_posterior", "POSTERIOR_KINDS"]
+
+#: upper bound on draws × points × outputs held by one batched forward pass
+_DEFAULT_ELEMENT_BUDGET = 2**24
+
+
+@dataclass
+class Prediction:
+    """Posterior predictive draws at ``N`` inputs.
+
+    Attributes:
+        task: ``"regression"`` or ``"classification"``.
+        f: network-output draws ``[S, N, O]``: regression outputs in *original* target
+            units, or class logits.
+        y: observation draws (noise included) ``[S, N, O]``, or class labels ``[S, N]``.
+        noise_var: regression noise variance per draw ``[S, 1, O]`` in original units.
+        log_lik: ``[S, N]`` log p(y_n | draw s) of given targets in original units, else ``None``.
+        pit: ``[N, O]`` predictive CDF at the given targets (regression), else ``None``.
+    """
+
+    task: str
+    f: torch.Tensor
+    y: torch.Tensor
+    noise_var: Optional[torch.Tensor] = None
+    log_lik: Optional[torch.Tensor] = None
+    pit: Optional[torch.Tensor] = None
+
+    @property
+    def num_samples(self) -> int:
+        return self.f.shape[0]
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """Class-probability draws ``[S, N, K]`` (classification)."""
+        self._require("classification")
+        return torch.softmax(self.f, dim=-1)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Predictive mean ``[N, O]`` (regression) or mean class probabilities ``[N, K]``."""
+        if self.task == "classification":
+            return self.probs.mean(0)
+        return self.f.mean(0)
+
+    @property
+    def sd(self) -> torch.Tensor:
+        """Predictive sd ``[N, O]`` including observation noise: sqrt(Var[f] + E[σ²])."""
+        self._require("regression")
+        return (self.f.var(0, unbiased=False) + self.noise_var.mean(0)).sqrt()
+
+    @property
+    def epistemic_sd(self) -> torch.Tensor:
+        """sd of the network output across draws ``[N, O]`` (no observation noise)."""
+        self._require("regression")
+        return self.f.std(0, unbiased=False)
+
+    def interval(self, level: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
+        """Central ``level`` predictive interval ``([N, O], [N, O])`` from the observation draws."""
+        self._require("regression")
+        if not 0 < level < 1:
+            raise ValueError(f"interval level must be in (0, 1), got {level}")
+        q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=self.y.dtype)
+        lo, hi = torch.quantile(self.y, q, dim=0)
+        return lo, hi
+
+    def log_predictive_density(self) -> torch.Tensor:
+        """``[N]`` log of the Monte Carlo average predictive density, log(1/S Σ_s p(y_n|w_s))."""
+        if self.log_lik is None:
+            raise ValueError("no targets were given to predict(); pass y=... to get log densities")
+        return torch.logsumexp(self.log_lik, dim=0) - math.log(self.log_lik.shape[0])
+
+    def _require(self, task):
+        if self.task != task:
+            raise ValueError(f"this quantity is defined for {task} predictions, not {self.task}")
+
+
+class Posterior:
+    """Base of every backend's result: draws parameters, predicts, exports, saves.
+
+    Subclasses implement :meth:`_param_chunks`.  ``info`` holds the fit's record
+    (backend, configuration, timings, loss history, ...).
+    """
+
+    kind = "base"
+
+    def __init__(self, bnn: BayesianNetwork, info: Optional[dict] = None):
+        self.bnn = bnn
+        self.info = dict(info or {})
+
+    # ------------------------------------------------------------------ draws
+    @property
+    def default_num_samples(self) -> int:
+        return int(self.info.get("num_samples", 200))
+
+    def _param_chunks(self, num_samples: int, seed: int, chunk_size: int) -> Iterator[dict]:
+        raise NotImplementedError
+
+    def sample_params(self, num_samples: Optional[int] = None, seed: int = 0) -> dict:
+        """``{site: [S, *site_shape]}`` parameter draws (all of them, in memory)."""
+        num_samples = self._check_num_samples(num_samples)
+        chunks = list(self._param_chunks(num_samples, seed, num_samples))
+        return {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]} if chunks and chunks[0] else {}
+
+    def param_draws(self, num_samples: Optional[int] = None, seed: int = 0) -> dict:
+        """``{site: [chains, draws, *site_shape]}`` for diagnostics (one chain by default)."""
+        return {k: v.unsqueeze(0) for k, v in self.sample_params(num_samples, seed).items()}
+
+    @property
+    def num_chains(self) -> int:
+        return 1
+
+    def _check_num_samples(self, num_samples):
+        num_samples = self.default_num_samples if num_samples is None else int(num_samples)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+        return num_samples
+
+    # ------------------------------------------------------------------ prediction
+    @torch.no_grad()
+    def predict(
+        self,
+        x: torch.Tensor,
+        num_samples: Optional[int] = None,
+        y: Optional[torch.Tensor] = None,
+        seed: int = 0,
+        chunk_size: Optional[int] = None,
+    ) -> Prediction:
+        """Posterior predictive at inputs ``x`` (in the network's input units).
+
+        Args:
+            x: ``[N, ...]`` inputs.
+            num_samples: parameter draws ``S`` (default: the posterior's own number).
+            y: optional targets in *original* units (``[N, O]`` or class labels ``[N]``)
+                for log densities and PIT values.
+            seed: fixes the parameter draws (variational) and observation noise.
+            chunk_size: draws per batched forward pass (default from a memory budget).
+        """
+        from zoo.datasets import check_finite_array
+
+        check_finite_array(x, "x")
+        num_samples = self._check_num_samples(num_samples)
+        if y is not None:
+            y = self._check_targets(x, y)
+        bnn = self.bnn
+        if chunk_size is None:
+            per_draw = max(1, x.shape[0] * max(bnn.output_dim, 64))
+            chunk_size = max(1, min(num_samples, _DEFAULT_ELEMENT_BUDGET // per_draw))
+        generator = torch.Generator().manual_seed(int(seed) + 7919)
+        regression = bnn.likelihood.task == "regression"
+        units = self._unit_kwargs()
+        fs, ys, noise_vars, log_liks = [], [], [], []
+        pit_sum = 0.0
+        for values in self._param_chunks(num_samples, seed, chunk_size):
+            f = bnn.forward_draws(values, x)
+            latents = bnn.latents_of(values)
+            y_draw = bnn.likelihood.sample(f, latents, generator=generator)
+            if y is not None:
+                log_liks.append(bnn.likelihood.log_prob(f, y, latents, **units))
+            if regression:
+                if y is not None:
+                    pit_sum = pit_sum + bnn.likelihood.cdf(f, y, latents, **units) * f.shape[0]
+                noise_sd = bnn.likelihood.noise_sd_of(latents, f) * bnn.target_scale
+                noise_vars.append((noise_sd**2).expand(f.shape[0], 1, f.shape[-1]))
+                f, y_draw = bnn.to_original_units(f), bnn.to_original_units(y_draw)
+            fs.append(f)
+            ys.append(y_draw)
+        f = torch.cat(fs)
+        return Prediction(
+            task=bnn.likelihood.task,
+            f=f,
+            y=torch.cat(ys),
+            noise_var=torch.cat(noise_vars) if noise_vars else None,
+            log_lik=torch.cat(log_liks) if log_liks else None,
+            pit=pit_sum / f.shape[0] if (regression and y is not None) else None,
+        )
+
+    def _unit_kwargs(self):
+        if self.bnn.likelihood.task == "regression":
+            return {"target_loc": self.bnn.target_loc, "target_scale": self.bnn.target_scale}
+        return {}
+
+    def _check_targets(self, x, y):
+        from zoo.datasets import check_finite_array
+
+        y = torch.as_tensor(y)
+        check_finite_array(y, "y")
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; they must match")
+        if self.bnn.likelihood.task == "regression":
+            y = y.reshape(y.shape[0], -1).float()
+            if y.shape[1] != self.bnn.output_dim:
+                raise ValueError(f"y has {y.shape[1]} target columns, the model predicts {self.bnn.output_dim}")
+        return y
+
+    # ------------------------------------------------------------------ export / io
+    def to_arviz(self, x, y, num_samples: Optional[int] = None, seed: int = 0, **kwargs):
+        """ArviZ ``InferenceData`` at data ``(x, y)``; see :func:`inference.arviz_export.to_inference_data`."""
+        from .arviz_export import to_inference_data
+
+        return to_inference_data(self, x, y, num_samples=num_samples, seed=seed, **kwargs)
+
+    def _state(self) -> dict:
+        raise NotImplementedError
+
+    def save(self, directory) -> Path:
+        """Write ``posterior.pt`` (everything needed to predict) and ``info.json`` to ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        bnn = self.bnn
+        payload = {
+            "kind": self.kind,
+            "net": bnn.net,
+            "sites": bnn.sites,
+            "prior": bnn.prior,
+            "likelihood": bnn.likelihood,
+            "train_deterministic": bnn.train_deterministic,
+            "output_dim": bnn.output_dim,
+            "target_loc": bnn.target_loc,
+            "target_scale": bnn.target_scale,
+            "info": self.info,
+            "state": self._state(),
+        }
+        torch.save(payload, directory / "posterior.pt")
+        with open(directory / "info.json", "w") as fh:
+            json.dump(_jsonable(self.info), fh, indent=2)
+        return directory
+
+    @classmethod
+    def load(cls, directory) -> "Posterior":
+        return load_posterior(directory)
+
+    @classmethod
+    def _from_state(cls, bnn, state, info):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class VariationalPosterior(Posterior):
+    """A fitted guide q(w); each prediction draws fresh, seeded samples from it."""
+
+    kind = "variational"
+
+    def __init__(self, bnn, guide, guide_name: str, guide_kwargs: dict, info=None):
+        super().__init__(bnn, info)
+        self.guide = guide
+        self.guide_name = guide_name
+        self.guide_kwargs = dict(guide_kwargs)
+
+    def _param_chunks(self, num_samples, seed, chunk_size):
+        names = self.bnn.site_names
+        if not names:
+            yield {}
+            return
+        for index, start in enumerate(range(0, num_samples, chunk_size)):
+            size = min(chunk_size, num_samples - start)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed) * 1_000_003 + index)
+                with torch.no_grad(), pyro.plate("posterior_draws", size, dim=-1):
+                    trace = pyro.poutine.trace(self.guide).get_trace()
+            yield {n: trace.nodes[n]["value"].detach() for n in names}
+
+    def _state(self):
+        return {"guide_name": self.guide_name, "guide_kwargs": self.guide_kwargs, "guide_state": self.guide.state_dict()}
+
+    @classmethod
+    def _from_state(cls, bnn, state, info):
+        from .guides import build_guide
+
+        guide = build_guide(state["guide_name"], bnn, **state["guide_kwargs"])
+        guide.load_state_dict(state["guide_state"])
+        return cls(bnn, guide, state["guide_name"], state["guide_kwargs"], info)
+
+
+class SamplePosterior(Posterior):
+    """Stored draws ``{site: [chains, draws, *site_shape]}`` from a sampler.
+
+    ``sample_stats`` holds per-draw sampler statistics ``{name: [chains, draws]}``
+    (e.g. ``diverging``, ``energy``, ``step_size``, ``acceptance_rate``, ``tree_depth``).
+    """
+
+    kind = "samples"
+
+    def __init__(self, bnn, draws: dict, sample_stats: Optional[dict] = None, info=None):
+        super().__init__(bnn, info)
+        shapes = {tuple(v.shape[:2]) for v in draws.values()}
+        if len(shapes) != 1:
+            raise ValueError(f"all draws must share [chains, draws] leading dims, got {shapes}")
+        self.draws = {k: v.detach() for k, v in draws.items()}
+        self.sample_stats = {k: torch.as_tensor(v) for k, v in (sample_stats or {}).items()}
+        self._chains, self._num_draws = shapes.pop()
+
+    @property
+    def num_chains(self) -> int:
+        return self._chains
+
+    @property
+    def default_num_samples(self) -> int:
+        return self._chains * self._num_draws
+
+    def _flat(self):
+        return {k: v.reshape(-1, *v.shape[2:]) for k, v in self.draws.items()}
+
+    def _param_chunks(self, num_samples, seed, chunk_size):
+        flat = self._flat()
+        total = self.default_num_samples
+        if num_samples > total:
+            raise ValueError(f"asked for {num_samples} draws but the posterior holds {total}")
+        index = torch.linspace(0, total - 1, num_samples).round().long() if num_samples < total else None
+        for start in range(0, num_samples, chunk_size):
+            sel = slice(start, start + chunk_size)
+            yield {k: (v[index[sel]] if index is not None else v[sel]) for k, v in flat.items()}
+
+    def param_draws(self, num_samples=None, seed=0):
+        return dict(self.draws)
+
+    def _state(self):
+        return {"draws": self.draws, "sample_stats": self.sample_stats}
+
+    @classmethod
+    def _from_state(cls, bnn, state, info):
+        return cls(bnn, state["draws"], state["sample_stats"], info)
+
+
+POSTERIOR_KINDS = {cls.kind: cls for cls in (VariationalPosterior, SamplePosterior)}
+
+
+def load_posterior(directory) -> Posterior:
+    """Load a posterior written by :meth:`Posterior.save`."""
+    path = Path(directory) / "posterior.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"no saved posterior at {path}; expected a directory written by Posterior.save()")
+    payload = torch.load(path, weights_only=False)
+    bnn = BayesianNetwork(
+        payload["net"],
+        prior=payload["prior"],
+        likelihood=payload["likelihood"],
+        train_deterministic=payload["train_deterministic"],
+        output_dim=payload["output_dim"],
+        target_loc=payload["target_loc"],
+        target_scale=payload["target_scale"],
+        sites=payload["sites"],
+    )
+    try:
+        cls = POSTERIOR_KINDS[payload["kind"]]
+    except KeyError:
+        raise ValueError(f"unknown posterior kind {payload['kind']!r}; known: {', '.join(POSTERIOR_KINDS)}") from None
+    return cls._from_state(bnn, payload["state"], payload["info"])
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return repr(obj)

@@ -1,0 +1,244 @@
+"""Partially stochastic Bayesian networks built from plain ``nn.Module``s.
+
+:class:`BayesianNetwork` wraps a deterministic network ``f(x; w)`` and splits its
+parameters into random sites ``w_s`` (selected by a :mod:`zoo.stochastic` selector,
+with a prior from :mod:`zoo.priors`) and deterministic ones ``w_d``:
+
+    p(y, w_s, θ | x) = p(w_s) · p(θ) · Π_n p(y_n | f(x_n; w_s, w_d), θ)
+
+where θ are the likelihood's own latents (e.g. the noise precision).  Deterministic
+parameters are either trained jointly (a point estimate, as in partially stochastic
+networks of Sharma et al. 2023) or frozen at their current / pretrained values.
+
+Two views of the same model are provided:
+
+* :meth:`BayesianNetwork.model` — a Pyro model with one sample site per random
+  parameter, named like the parameter (``"fc2.weight"``), and observed site ``"obs"``;
+  used by SVI and any Pyro guide.
+* pure-torch, vectorised functions over stacks of ``S`` parameter draws —
+  :meth:`forward_draws`, :meth:`log_likelihood`, :meth:`log_prior` — built on
+  ``torch.func.functional_call`` + ``vmap``; used for prediction and by samplers that
+  need a fast potential energy.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import pyro
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from .likelihoods import GaussianLikelihood, Likelihood
+from .priors import NormalPrior, Prior
+from .stochastic import StochasticSite, as_selector
+
+__all__ = ["BayesianNetwork"]
+
+
+class BayesianNetwork(nn.Module):
+    """A plain network with priors on a chosen subset of its parameters.
+
+    Args:
+        net: a plain ``nn.Module`` whose ``forward(x)`` returns predictions only,
+            ``[N, O]`` (regression outputs or class logits).
+        stochastic: which parameters are random — ``"all"``, ``"none"``, ``"last"``,
+            glob patterns, boolean masks, or a :class:`~zoo.stochastic.Selector`.
+        prior: a :class:`~zoo.priors.Prior` (default ``NormalPrior(1.0)``).
+        likelihood: a :class:`~zoo.likelihoods.Likelihood` (default fixed-noise Gaussian).
+        train_deterministic: train the non-random parameters jointly (``True``) or keep
+            them frozen at their current / pretrained values (``False``).
+        example_input: a small input batch; lets ``"last"`` follow forward order.
+        output_dim: number of network outputs (inferred from ``example_input`` when given).
+        target_loc, target_scale: ``[O]`` affine map from standardised to original target
+            units (regression); predictions are reported in original units.
+        sites: precomputed :class:`StochasticSite` list (used when loading from disk).
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        stochastic="all",
+        prior: Optional[Prior] = None,
+        likelihood: Optional[Likelihood] = None,
+        train_deterministic: bool = True,
+        example_input: Optional[torch.Tensor] = None,
+        output_dim: Optional[int] = None,
+        target_loc: Optional[torch.Tensor] = None,
+        target_scale: Optional[torch.Tensor] = None,
+        sites: Optional[list[StochasticSite]] = None,
+    ):
+        super().__init__()
+        if not isinstance(net, nn.Module):
+            raise ValueError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+        self.net = net
+        self.selection = stochastic
+        self.prior = prior if prior is not None else NormalPrior(1.0)
+        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood()
+        self.train_deterministic = bool(train_deterministic)
+        self.sites: list[StochasticSite] = (
+            sites if sites is not None else as_selector(stochastic).select(net, example_input)
+        )
+        self._site_by_name = {s.name: s for s in self.sites}
+        if output_dim is None:
+            if example_input is None:
+                raise ValueError("give output_dim or an example_input so the output size is known")
+            with torch.no_grad():
+                output_dim = int(net(example_input).shape[-1])
+        self.output_dim = int(output_dim)
+        self._latent_priors = self.likelihood.latent_priors(self.output_dim)
+        self._weight_priors = {s.name: self.prior(s) for s in self.sites}
+        if target_loc is None:
+            target_loc = torch.zeros(self.output_dim)
+        if target_scale is None:
+            target_scale = torch.ones(self.output_dim)
+        target_scale = torch.as_tensor(target_scale, dtype=torch.float32).reshape(-1)
+        if not bool((target_scale > 0).all()):
+            raise ValueError(f"target_scale must be positive, got {target_scale.tolist()}")
+        self.register_buffer("target_loc", torch.as_tensor(target_loc, dtype=torch.float32).reshape(-1))
+        self.register_buffer("target_scale", target_scale)
+        random_names = {s.name for s in self.sites}  # overridden wholly by site values
+        for name, param in net.named_parameters():
+            if name in random_names or not self.train_deterministic:
+                param.requires_grad_(False)
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def site_names(self) -> list[str]:
+        """Names of all latent sites: random weights first, then likelihood latents."""
+        return [s.name for s in self.sites] + list(self._latent_priors)
+
+    @property
+    def site_shapes(self) -> dict[str, torch.Size]:
+        shapes = {s.name: s.shape for s in self.sites}
+        shapes.update({n: d.event_shape for n, d in self._latent_priors.items()})
+        return shapes
+
+    @property
+    def num_random(self) -> int:
+        """Number of random scalars (weights and likelihood latents)."""
+        return sum(int(torch.Size(s).numel()) for s in self.site_shapes.values())
+
+    def prior_distributions(self) -> dict:
+        """``{site: Distribution}`` with event shape = site shape."""
+        return {**self._weight_priors, **self._latent_priors}
+
+    def deterministic_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained as point estimates (empty when frozen)."""
+        return [p for p in self.net.parameters() if p.requires_grad]
+
+    def site(self, name: str) -> StochasticSite:
+        try:
+            return self._site_by_name[name]
+        except KeyError:
+            raise ValueError(f"no stochastic site {name!r}; sites are: {', '.join(self._site_by_name)}") from None
+
+    def initial_values(self) -> dict[str, torch.Tensor]:
+        """Site-shaped current values of the random weights (for guide / chain init)."""
+        params = dict(self.net.named_parameters())
+        return {s.name: s.from_param(params[s.name].detach()).clone() for s in self.sites}
+
+    def update_reference(self, values: Mapping[str, torch.Tensor]) -> None:
+        """Adopt site values (e.g. after deterministic pretraining) as the reference weights.
+
+        Writes them into the network's parameters (fixed entries keep their fixed
+        values) and rebuilds the priors, so a prior centred at pretrained weights is
+        centred at these.
+        """
+        params = dict(self.net.named_parameters())
+        with torch.no_grad():
+            for name, value in values.items():
+                site = self.site(name)
+                full = site.to_param(value.detach())
+                params[name].copy_(full)
+                site.reference = full.clone()
+        self._weight_priors = {s.name: self.prior(s) for s in self.sites}
+
+    def set_target_scaling(self, loc, scale) -> None:
+        """Set the standardised → original units map of regression targets (``[O]`` each)."""
+        scale = torch.as_tensor(scale, dtype=torch.float32).reshape(-1)
+        if scale.numel() not in (1, self.output_dim) or not bool((scale > 0).all()):
+            raise ValueError(f"target scale must be {self.output_dim} positive numbers, got {scale.tolist()}")
+        self.target_loc = torch.as_tensor(loc, dtype=torch.float32).reshape(-1).expand(self.output_dim).clone()
+        self.target_scale = scale.expand(self.output_dim).clone()
+
+    # ------------------------------------------------------------------ Pyro model
+    def model(self, x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None, num_data: Optional[int] = None):
+        """Pyro model.  With ``x=None`` only the latent sites are sampled (prototype trace).
+
+        Args:
+            x: inputs ``[n, ...]`` (a minibatch or the full data).
+            y: targets ``[n, O]`` (regression, standardised) or ``[n]`` (class labels).
+            num_data: full data size ``N``; the likelihood is scaled by ``N / n``.
+        Returns:
+            network output ``[n, O]`` (standardised units / logits), or ``None``.
+        """
+        values = {name: pyro.sample(name, d) for name, d in self._weight_priors.items()}
+        latents = {name: pyro.sample(name, d) for name, d in self._latent_priors.items()}
+        if x is None:
+            return None
+        f = self._forward_single(values, x)
+        n = f.shape[0]
+        with pyro.plate("data", size=num_data or n, subsample_size=n):
+            self.likelihood.observe(f, y, latents)
+        return f
+
+    def _forward_single(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        overrides = {name: self._site_by_name[name].to_param(v) for name, v in values.items()}
+        return functional_call(self.net, overrides, (x,), strict=False)
+
+    # ------------------------------------------------------------------ vectorised views
+    def forward_draws(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """Network outputs for a stack of ``S`` parameter draws, in one batched pass.
+
+        Args:
+            values: ``{site: [S, *site_shape]}`` (likelihood latents are ignored).
+            x: inputs ``[N, ...]``.
+        Returns:
+            ``[S, N, O]`` outputs in standardised units (regression) or logits.
+        """
+        weights = {n: v for n, v in values.items() if n in self._site_by_name}
+        if not weights:
+            out = self.net(x)
+            num = next(iter(values.values())).shape[0] if values else 1
+            return out.unsqueeze(0).expand(num, *out.shape)
+        return vmap(self._forward_single, in_dims=(0, None), randomness="different")(weights, x)
+
+    def latents_of(self, values: Mapping[str, torch.Tensor]) -> dict:
+        return {n: values[n] for n in self._latent_priors}
+
+    def log_likelihood(self, values, x, y, original_units: bool = False) -> torch.Tensor:
+        """Pointwise log-likelihood ``[S, N]`` for draws ``values`` (``{site: [S, ...]}``).
+
+        With ``original_units`` the regression targets ``y`` are in original units and the
+        density is reported in those units.
+        """
+        f = self.forward_draws(values, x)
+        kwargs = {}
+        if original_units and self.likelihood.task == "regression":
+            kwargs = {"target_loc": self.target_loc, "target_scale": self.target_scale}
+        return self.likelihood.log_prob(f, y, self.latents_of(values), **kwargs)
+
+    def log_prior(self, values) -> torch.Tensor:
+        """Joint log prior density ``[S]`` of the draws."""
+        total = 0.0
+        for name, d in self.prior_distributions().items():
+            total = total + d.log_prob(values[name])
+        return total
+
+    def log_joint(self, values, x, y, num_data: Optional[int] = None) -> torch.Tensor:
+        """``[S]`` log p(w_s, θ) + (N/n) Σ_n log p(y_n | x_n, w_s, θ) in standardised units."""
+        scale = (num_data or x.shape[0]) / x.shape[0]
+        return self.log_prior(values) + scale * self.log_likelihood(values, x, y).sum(-1)
+
+    def to_original_units(self, f: torch.Tensor) -> torch.Tensor:
+        """Map standardised regression outputs ``[..., O]`` to original target units."""
+        if self.likelihood.task != "regression":
+            return f
+        return f * self.target_scale + self.target_loc
+
+    def extra_repr(self) -> str:
+        return (
+            f"random sites={len(self.sites)} ({self.num_random} scalars), prior={self.prior!r}, "
+            f"likelihood={self.likelihood!r}, train_deterministic={self.train_deterministic}"
+        )
