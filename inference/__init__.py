@@ -1,4 +1,9 @@
 """How: inference backends, posteriors, prediction, metrics and ArviZ diagnostics."""
+import warnings
+
+# ArviZ 0.2x announces its 1.0 refactor on import; this project pins arviz < 1.0.
+warnings.filterwarnings("ignore", message="ArviZ is undergoing a major refactor", category=FutureWarning)
+
 from .arviz_export import load_netcdf, save_netcdf, to_inference_data
 from .backends import BACKENDS, NonFiniteLossError, fit, register_backend
 from .metrics import classification_metrics, evaluate, regression_metrics

@@ -249,7 +249,7 @@ class Posterior:
         }
         torch.save(payload, directory / "posterior.pt")
         with open(directory / "info.json", "w") as fh:
-            json.dump(_jsonable(self.info), fh, indent=2)
+            json.dump(to_jsonable(self.info), fh, indent=2)
         return directory
 
     @classmethod
@@ -373,11 +373,11 @@ def load_posterior(directory) -> Posterior:
     return cls._from_state(bnn, payload["state"], payload["info"])
 
 
-def _jsonable(obj):
+def to_jsonable(obj):
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [to_jsonable(v) for v in obj]
     if isinstance(obj, torch.Tensor):
         return obj.tolist()
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -32,6 +32,8 @@ from typing import Mapping, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from .architectures import output_modules
+
 __all__ = [
     "StochasticSite",
     "Selector",
@@ -186,29 +188,14 @@ class LastLayer(Selector):
     """
 
     def _select(self, module, example_input):
-        names = getattr(module, "last_layer_names", None)
-        if names is None:
-            names = [self._last_in_forward_order(module, example_input)]
+        if example_input is None and getattr(module, "last_layer_names", None) is None:
+            owners = _parametrised_module_names(module)
+            if not owners:
+                raise ValueError(f"{type(module).__name__} has no parameters: 'last' selects nothing")
+            names = (owners[-1],)
+        else:
+            names = output_modules(module, example_input)
         return ModuleNames(list(names))._select(module, example_input)
-
-    @staticmethod
-    def _last_in_forward_order(module, example_input) -> str:
-        owners = _parametrised_module_names(module)
-        if not owners:
-            raise ValueError(f"{type(module).__name__} has no parameters: 'last' selects nothing")
-        if example_input is None:
-            return owners[-1]
-        fired: list[str] = []
-        handles = [
-            module.get_submodule(n).register_forward_hook(lambda m, i, o, n=n: fired.append(n)) for n in owners
-        ]
-        try:
-            with torch.no_grad():
-                module(example_input)
-        finally:
-            for h in handles:
-                h.remove()
-        return fired[-1] if fired else owners[-1]
 
 
 class ModuleNames(Selector):

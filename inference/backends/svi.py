@@ -181,7 +181,8 @@ class SVIBackend(Backend):
                 beta = kl_weight(epoch + (step % steps_per_epoch) / steps_per_epoch, config.kl_warmup_epochs, config.kl_anneal_epochs)
                 loss, loglik, kl = 0.0, 0.0, 0.0
                 for _ in range(config.num_particles):
-                    terms = elbo_terms(bnn.model, guide, x[index], y[index], num_data)
+                    with pyro.validation_enabled(False):  # checked once below, not per distribution
+                        terms = elbo_terms(bnn.model, guide, x[index], y[index], num_data)
                     loss = loss + terms.loss(beta) / config.num_particles
                     loglik = loglik + terms.expected_log_likelihood.detach() / config.num_particles
                     kl = kl + terms.kl.detach() / config.num_particles

@@ -1,0 +1,185 @@
+"""SVI backend: known posterior, KL annealing, non-finite losses, options, save/load, ArviZ."""
+import math
+
+import arviz as az
+import pytest
+import torch
+from torch import nn
+
+from conftest import flat_linear_draws, make_conjugate_regression
+from inference import NonFiniteLossError, fit, load_netcdf, load_posterior, save_netcdf
+from inference.backends.svi import kl_weight
+from zoo import BayesianNetwork, GaussianLikelihood, LaplacePrior, NormalPrior
+
+
+def conjugate_bnn(problem, **kwargs):
+    return BayesianNetwork(
+        problem.net(),
+        stochastic="all",
+        prior=NormalPrior(problem.prior_sd),
+        likelihood=GaussianLikelihood(noise_sd=problem.noise_sd),
+        output_dim=1,
+        **kwargs,
+    )
+
+
+def test_svi_recovers_conjugate_posterior_mean(conjugate_regression):
+    problem = conjugate_regression
+    post = fit(
+        conjugate_bnn(problem), problem.x, problem.y, backend="svi", seed=0, progress=False,
+        epochs=2000, batch_size=None, lr=0.03, lr_final_factor=0.003, num_particles=8, init_scale=0.05,
+    )
+    draws = flat_linear_draws(post.sample_params(8000, seed=1))
+    # Monte Carlo error of the draw mean is sd/sqrt(8000) ≈ 0.011 sd, well inside the 0.1 sd bound
+    z = (draws.mean(0) - problem.post_mean) / problem.post_sd
+    assert z.abs().max() < 0.1, z
+    # mean-field sds are the inverse diagonal precisions: never larger than the true marginal sds
+    precision = torch.linalg.inv(problem.post_cov)
+    mf_sd = precision.diagonal().rsqrt()
+    assert torch.allclose(draws.std(0), mf_sd, rtol=0.1), (draws.std(0), mf_sd)
+
+
+def test_minibatch_likelihood_is_scaled_to_full_data(conjugate_regression):
+    problem = conjugate_regression
+    post = fit(
+        conjugate_bnn(problem), problem.x, problem.y, backend="svi", seed=0, progress=False,
+        epochs=600, batch_size=10, lr=0.02, num_particles=2, init_scale=0.05,
+    )
+    draws = flat_linear_draws(post.sample_params(8000, seed=1))
+    z = (draws.mean(0) - problem.post_mean) / problem.post_sd
+    # minibatch gradient noise widens the tolerance; an unscaled likelihood would be off by > 2 sd
+    assert z.abs().max() < 0.5, z
+
+
+def test_kl_annealing_schedule():
+    assert kl_weight(0, 3, 4) == 0.0
+    assert kl_weight(2.9, 3, 4) == 0.0
+    assert kl_weight(5, 3, 4) == pytest.approx(0.5)
+    assert kl_weight(7, 3, 4) == 1.0
+    assert kl_weight(100, 3, 4) == 1.0
+    assert kl_weight(0, 0, 0) == 1.0
+
+
+def test_kl_annealing_is_recorded(conjugate_regression):
+    problem = conjugate_regression
+    post = fit(conjugate_bnn(problem), problem.x, problem.y, progress=False, epochs=10, batch_size=None,
+               kl_warmup_epochs=3, kl_anneal_epochs=4)
+    weights = post.info["history"]["kl_weight"]
+    assert weights[:3] == [0.0, 0.0, 0.0] and weights[-1] == 1.0
+    assert all(b >= a for a, b in zip(weights, weights[1:]))
+
+
+class ExplodesAfter(nn.Module):
+    """A linear net whose output turns NaN from the ``after``-th forward call on."""
+
+    def __init__(self, after):
+        super().__init__()
+        self.lin = nn.Linear(2, 1)
+        self.calls = 0
+        self.after = after
+
+    def forward(self, x):
+        self.calls += 1
+        out = self.lin(x)
+        return out * float("nan") if self.calls > self.after else out
+
+
+def test_nan_loss_stops_with_step_and_keeps_last_finite_state(conjugate_regression):
+    problem = conjugate_regression
+    net = ExplodesAfter(after=6)
+    bnn = BayesianNetwork(net, "all", likelihood=GaussianLikelihood(0.5), output_dim=1)
+    with pytest.raises(NonFiniteLossError) as info:
+        fit(bnn, problem.x, problem.y, progress=False, epochs=50, batch_size=None)
+    err = info.value
+    assert err.step == 6  # forwards 1..6 (steps 0..5) were finite; the 7th is step 6
+    assert "step 6" in str(err)
+    net.after = 10**9  # the kept state must be finite and usable
+    params = err.posterior.sample_params(10)
+    assert all(torch.isfinite(v).all() for v in params.values())
+    assert torch.isfinite(err.posterior.predict(problem.x, num_samples=5).mean).all()
+
+
+def test_unknown_and_invalid_options_are_clear(conjugate_regression):
+    problem = conjugate_regression
+    bnn = conjugate_bnn(problem)
+    with pytest.raises(ValueError, match="valid options: .*epochs"):
+        fit(bnn, problem.x, problem.y, progress=False, epoch=3)
+    with pytest.raises(ValueError, match="lr must be positive"):
+        fit(bnn, problem.x, problem.y, progress=False, lr=-1.0)
+    with pytest.raises(ValueError, match="unknown lr_schedule"):
+        fit(bnn, problem.x, problem.y, progress=False, lr_schedule="wild")
+    with pytest.raises(ValueError, match="valid backends: .*svi"):
+        fit(bnn, problem.x, problem.y, backend="magic")
+
+
+def test_bad_training_data_is_rejected(conjugate_regression):
+    problem = conjugate_regression
+    bnn = conjugate_bnn(problem)
+    x = problem.x.clone()
+    x[3, 1] = float("nan")
+    with pytest.raises(ValueError, match="row"):
+        fit(bnn, x, problem.y, progress=False)
+    with pytest.raises(ValueError, match="rows"):
+        fit(bnn, problem.x, problem.y[:-1], progress=False)
+    with pytest.raises(ValueError, match="target columns"):
+        fit(bnn, problem.x, problem.y.repeat(1, 2), progress=False)
+
+
+def test_laplace_prior_uses_monte_carlo_kl(conjugate_regression):
+    problem = conjugate_regression
+    bnn = BayesianNetwork(problem.net(), "all", prior=LaplacePrior(1.0),
+                          likelihood=GaussianLikelihood(problem.noise_sd), output_dim=1)
+    post = fit(bnn, problem.x, problem.y, progress=False, epochs=400, batch_size=None, lr=0.03)
+    draws = flat_linear_draws(post.sample_params(4000, seed=1))
+    # with 40 points the likelihood dominates: the mean is near the Gaussian-prior answer
+    assert ((draws.mean(0) - problem.post_mean).abs() < 3 * problem.post_sd).all()
+
+
+def test_save_load_round_trip_gives_identical_predictions(tmp_path, conjugate_regression):
+    problem = conjugate_regression
+    bnn = BayesianNetwork(problem.net(), "all", likelihood=GaussianLikelihood(learn_noise=True), output_dim=1,
+                          target_loc=torch.tensor([3.0]), target_scale=torch.tensor([2.0]))
+    post = fit(bnn, problem.x, problem.y, progress=False, epochs=30, batch_size=None)
+    post.save(tmp_path / "post")
+    loaded = load_posterior(tmp_path / "post")
+    y = problem.y * 2 + 3
+    a = post.predict(problem.x, num_samples=50, y=y, seed=3)
+    b = loaded.predict(problem.x, num_samples=50, y=y, seed=3)
+    assert torch.equal(a.f, b.f) and torch.equal(a.y, b.y) and torch.equal(a.log_lik, b.log_lik)
+    assert loaded.info["backend"] == "svi"
+
+
+def test_arviz_export_supports_loo_waic_compare_and_netcdf(tmp_path, conjugate_regression):
+    problem = conjugate_regression
+    idatas = {}
+    for selection in ("all", "none"):
+        bnn = BayesianNetwork(problem.net(), selection, likelihood=GaussianLikelihood(learn_noise=True), output_dim=1)
+        post = fit(bnn, problem.x, problem.y, progress=False, epochs=60, batch_size=None)
+        idatas[selection] = post.to_arviz(problem.x, problem.y, num_samples=100)
+    idata = idatas["all"]
+    assert set(idata.groups()) >= {"posterior", "log_likelihood", "posterior_predictive", "observed_data"}
+    assert idata.posterior["weight"].dims == ("chain", "draw", "weight_dim_0", "weight_dim_1")
+    assert idata.log_likelihood["obs"].shape == (1, 100, problem.x.shape[0])
+    assert idata.posterior_predictive["obs"].shape == (1, 100, problem.x.shape[0], 1)
+    loo = az.loo(idata, pointwise=True)
+    waic = az.waic(idata)
+    assert math.isfinite(loo.elpd_loo) and math.isfinite(waic.elpd_waic)
+    table = az.compare(idatas)
+    assert set(table.index) == {"all", "none"}
+    save_netcdf(idata, tmp_path / "p.nc")
+    back = load_netcdf(tmp_path / "p.nc")
+    assert float(abs(back.log_likelihood["obs"] - idata.log_likelihood["obs"]).max()) == 0.0
+
+
+def test_module_local_params_keep_posteriors_independent(conjugate_regression):
+    problem = conjugate_regression
+    first = fit(conjugate_bnn(problem), problem.x, problem.y, progress=False, epochs=50, batch_size=None)
+    before = first.sample_params(20, seed=0)["weight"].clone()
+    fit(conjugate_bnn(problem), problem.x, -problem.y, progress=False, epochs=50, batch_size=None)
+    assert torch.equal(first.sample_params(20, seed=0)["weight"], before)
+
+
+def test_large_problem_helper_is_reproducible():
+    a = make_conjugate_regression(seed=3)
+    b = make_conjugate_regression(seed=3)
+    assert torch.equal(a.y, b.y)

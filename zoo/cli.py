@@ -1,0 +1,174 @@
+"""Command line: ``python -m zoo COMMAND ...``.
+
+Commands register themselves in ``COMMANDS`` (name → (add_arguments, run)); ``fit``
+lives here, others (``experiment``, ``report``) in their own modules.  Bad arguments or
+data exit with status 2 and a one-line reason on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+__all__ = ["main", "COMMANDS", "build_parser"]
+
+#: CLI flag → backend option name (passed when given)
+BACKEND_FLAGS = {
+    "chains": "num_chains",
+    "warmup": "warmup_steps",
+    "thin": "thin",
+    "step_size": "step_size",
+    "mc_kl_samples": "mc_kl_samples",
+}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
+    from inference.backends import BACKENDS
+    from zoo.architectures import ARCHITECTURES
+    from zoo.datasets import DATASET_SPECS
+    from zoo.priors import PRIORS
+    from zoo.stochastic import SELECTOR_NAMES
+
+    data_help = "; ".join(f"{k}: {v}" for k, v in DATASET_SPECS.items())
+    parser.add_argument("--data", required=True, help=f"dataset spec. {data_help}")
+    parser.add_argument("--model", default="mlp", help=f"architecture: {', '.join(ARCHITECTURES)} (default mlp)")
+    parser.add_argument(
+        "--stochastic",
+        default="all",
+        help="which parameters are random: " + "; ".join(f"{k} ({v})" for k, v in SELECTOR_NAMES.items()),
+    )
+    parser.add_argument("--backend", default="svi", help=f"inference backend: {', '.join(BACKENDS)} (default svi)")
+    parser.add_argument("--split", type=int, default=0, help="UCI split index (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="fixes every random draw of the run (default 0)")
+    parser.add_argument("--epochs", type=_positive_int, help="training epochs (default: about 5000 steps)")
+    parser.add_argument("--batch-size", type=_positive_int, help="minibatch size")
+    parser.add_argument("--lr", type=float, help="learning rate")
+    parser.add_argument("--num-samples", "--samples", dest="num_samples", type=_positive_int,
+                        help="posterior draws (per chain for MCMC backends)")
+    parser.add_argument("--pretrain-epochs", type=int, help="deterministic pretraining epochs before VI (default epochs/4)")
+    parser.add_argument("--hidden", type=_positive_int, nargs="+", help="hidden layer widths (mlp default: 50)")
+    parser.add_argument("--activation", help="hidden activation (relu, tanh, ...)")
+    parser.add_argument("--prior", default="normal", help=f"weight prior: {', '.join(PRIORS)} (default normal)")
+    parser.add_argument("--prior-scale", type=float, help="prior scale (default 1.0; pretrained: 0.5)")
+    parser.add_argument("--noise", default="learned",
+                        help="regression noise: 'learned' (Gamma prior on the precision) or a fixed sd in standardised units")
+    parser.add_argument("--chains", type=_positive_int, help="MCMC chains")
+    parser.add_argument("--warmup", type=int, help="MCMC warm-up / burn-in steps")
+    parser.add_argument("--thin", type=_positive_int, help="keep every k-th draw")
+    parser.add_argument("--step-size", type=float, help="(initial) sampler step size")
+    parser.add_argument("--mc-kl-samples", type=_positive_int, help="Monte Carlo samples M of the Radial guide's KL")
+    parser.add_argument("--prune", default="none", choices=["none", "principled", "random"],
+                        help="prune variational layers after fitting")
+    parser.add_argument("--report", action="store_true", help="also write an HTML diagnostics report into --out")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--out", required=True, help="run directory to write metrics.json, posterior.nc, posterior/")
+
+
+def spec_from_args(args):
+    from inference.runs import RunSpec
+
+    noise = args.noise if args.noise == "learned" else _float_arg("--noise", args.noise)
+    options = {BACKEND_FLAGS[k]: getattr(args, k) for k in BACKEND_FLAGS if getattr(args, k) is not None}
+    return RunSpec(
+        data=args.data,
+        model=args.model,
+        stochastic=args.stochastic,
+        backend=args.backend,
+        split=args.split,
+        seed=args.seed,
+        hidden=args.hidden,
+        activation=args.activation,
+        prior=args.prior,
+        prior_scale=args.prior_scale,
+        noise=noise,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        num_samples=args.num_samples,
+        pretrain_epochs=args.pretrain_epochs,
+        prune=args.prune,
+        backend_options=options,
+    )
+
+
+def _float_arg(flag, text):
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{flag} must be 'learned' or a number, got {text!r}") from None
+
+
+SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "sparsity", "rhat_max",
+                "ess_bulk_min", "divergences", "fit_seconds")
+
+
+def _run_fit(args) -> int:
+    from inference.runs import execute
+
+    spec = spec_from_args(args)
+    metrics = execute(spec, args.out, progress=not args.quiet)
+    if args.report:
+        run_command(["report", args.out])
+    rows = [(k, metrics[k]) for k in SUMMARY_KEYS if k in metrics]
+    width = max(len(k) for k, _ in rows)
+    print(f"{spec.data} · {spec.model} · stochastic={spec.stochastic} · backend={spec.backend} · split {spec.split} · seed {spec.seed}")
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+    print(f"  wrote {args.out}/metrics.json, posterior.nc, posterior/")
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
+    "fit": (_add_fit_arguments, _run_fit, "fit one model on one dataset and write a run directory"),
+}
+
+
+def _load_plugin_commands() -> None:
+    """Commands defined in other modules register themselves on import."""
+    import importlib
+
+    for module in ("zoo.experiments", "inference.report"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    _load_plugin_commands()
+    parser = argparse.ArgumentParser(
+        prog="python -m zoo",
+        description="A Pyro model zoo of partially stochastic Bayesian neural networks.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (add_arguments, _, help_text) in COMMANDS.items():
+        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def run_command(argv) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return COMMANDS[args.command][1](args)
+
+
+def main(argv=None) -> int:
+    from inference.backends import NonFiniteLossError
+
+    try:
+        return run_command(sys.argv[1:] if argv is None else argv)
+    except NonFiniteLossError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError, NotADirectoryError) as err:
+        print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
+        return 2
