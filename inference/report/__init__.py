@@ -1,0 +1,117 @@
+"""Self-contained HTML posterior-diagnostics reports for run directories.
+
+``python -m zoo report RUN_DIR [RUN_DIR ...] [--out FILE]`` (or ``fit --report``) writes
+``RUN_DIR/report.html`` per run — configuration and timings, R-hat / ESS / MCSE with
+trace and rank plots, HMC/NUTS energy and divergences, the ELBO and KL-annealing curves,
+PSIS-LOO and WAIC with Pareto-k̂ warnings, calibration (coverage-vs-nominal and PIT, or
+reliability and ECE), 1-D predictive bands and per-layer log α / sparsity — and, for
+several runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
+A section that does not apply to a run says so in one line.
+
+In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Callable, Sequence
+
+from zoo.cli import COMMANDS
+
+from . import compare, layers, predictive, sections
+from .html import Section, note, page
+from .rundata import NotApplicable, Run, open_run
+
+__all__ = ["RUN_SECTIONS", "render_run", "write_report", "write_comparison", "NotApplicable", "Run", "open_run"]
+
+#: (title, builder) of every per-run section, in page order
+RUN_SECTIONS: list[tuple[str, Callable[[Run], str]]] = [
+    ("Run, configuration and timings", sections.overview),
+    ("Convergence: R-hat, ESS and MCSE", sections.convergence),
+    ("Sampler diagnostics: energy, divergences, step size, tree depth", sections.sampler),
+    ("Variational objective: ELBO and KL annealing", sections.optimisation),
+    ("LOO and WAIC", predictive.loo_waic),
+    ("Calibration: coverage and PIT / reliability and ECE", predictive.calibration),
+    ("Predictive bands (1-D inputs)", predictive.bands),
+    ("Variational layers: log α and sparsity", layers.variational_layers),
+]
+
+REPORT_NAME = "report.html"
+
+
+def _section(title: str, builder: Callable, *args) -> Section:
+    """Build one section; 'does not apply' and unexpected failures become one-line notes."""
+    try:
+        return Section(title, builder(*args))
+    except NotApplicable as reason:
+        return Section(title, note(f"Not applicable: {reason}"))
+    except Exception as err:  # a broken section must not cost the rest of the report
+        warnings.warn(f"report section {title!r} failed: {type(err).__name__}: {err}", RuntimeWarning, stacklevel=2)
+        return Section(title, note(f"This section failed: {type(err).__name__}: {err}", "error"))
+
+
+def render_run(run: Run) -> str:
+    """The HTML page of one run."""
+    built = [_section(title, builder, run) for title, builder in RUN_SECTIONS]
+    return page(f"Posterior diagnostics: {run.name}", f"{run.title()} — {run.dir}", built)
+
+
+def write_report(run_dir, out=None) -> Path:
+    """Write ``out`` (default ``RUN_DIR/report.html``) for one run directory; returns its path."""
+    run = open_run(run_dir)
+    out = Path(out) if out is not None else run.dir / REPORT_NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_run(run), encoding="utf-8")
+    return out
+
+
+def write_comparison(run_dirs: Sequence, out=None, reports: dict | None = None) -> Path:
+    """Write a comparison page over several run directories (default: ``comparison.html`` in their common folder).
+
+    ``reports`` maps run names to their per-run report paths, linked from the runs table.
+    """
+    if len(run_dirs) < 2:
+        raise ValueError(f"a comparison needs at least 2 run directories, got {len(run_dirs)}")
+    runs = [open_run(d) for d in run_dirs]
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run directories must have distinct names to be compared, got {names}")
+    if out is None:
+        out = Path(os.path.commonpath([str(r.dir.resolve()) for r in runs])) / "comparison.html"
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    links = {name: os.path.relpath(path, out.parent) for name, path in (reports or {}).items()}
+    built = [
+        _section("Runs", compare.runs_table, runs, links),
+        _section("LOO comparison (az.compare)", compare.loo_compare, runs),
+        _section("Calibration across runs", compare.calibration_overlay, runs),
+    ]
+    out.write_text(page("Run comparison", f"{len(runs)} runs: " + ", ".join(names), built), encoding="utf-8")
+    return out
+
+
+# ---------------------------------------------------------------------- command line
+def add_arguments(parser) -> None:
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by 'fit --out'")
+    parser.add_argument("--out", help="output file: the report (one run) or the comparison page (several runs; "
+                                      "default comparison.html in the runs' common folder)")
+
+
+def run(args) -> int:
+    dirs = [Path(d) for d in args.run_dirs]
+    for d in dirs:
+        open_run(d)  # fail early, with a clear message, before any work
+    if len(dirs) == 1:
+        print(f"wrote {write_report(dirs[0], args.out)}")
+        return 0
+    reports = {}
+    for d in dirs:
+        path = write_report(d)
+        reports[open_run(d).name] = path
+        print(f"wrote {path}")
+    print(f"wrote {write_comparison(dirs, args.out, reports)}")
+    return 0
+
+
+COMMANDS["report"] = (add_arguments, run, "write HTML posterior-diagnostics reports for run directories")

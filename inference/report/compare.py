@@ -1,0 +1,79 @@
+"""Sections of the comparison report over several runs.
+
+``az.compare`` ranks runs by PSIS-LOO elpd (stacking weights, Yao et al. 2018); it is only
+meaningful when every run was scored on the same test observations, which is checked.
+"""
+from __future__ import annotations
+
+import arviz as az
+import numpy as np
+
+from . import plots
+from .html import escape, fmt, frame_table, image, note, paragraph
+from .predictive import LEVELS, coverage_curve, pit_values, reliability_bins
+from .rundata import NotApplicable, Run
+
+__all__ = ["runs_table", "loo_compare", "calibration_overlay"]
+
+METRIC_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "sparsity", "rhat_max", "ess_bulk_min",
+               "divergences", "fit_seconds")
+
+
+def runs_table(runs: list[Run], links: dict) -> str:
+    """One row per run: identity, headline metrics, convergence, timing; names link to the run reports."""
+    keys = [k for k in METRIC_KEYS if any(k in r.metrics for r in runs)]
+    head = "".join(f"<th>{escape(h)}</th>" for h in ["run", "data", "model", "stochastic", "backend", *keys])
+    body = []
+    for run in runs:
+        href = links.get(run.name)
+        name = f'<a href="{escape(href)}">{escape(run.name)}</a>' if href else escape(run.name)
+        cells = [run.metrics.get(k, "") for k in ("data", "model", "stochastic")] + [run.backend]
+        cells += [run.metrics.get(k) for k in keys]
+        body.append(f"<tr><td>{name}</td>" + "".join(f"<td>{escape(fmt(c))}</td>" for c in cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _same_observations(runs: list[Run]) -> str | None:
+    """None when all runs share the test observations, else why not."""
+    first = runs[0].idata.observed_data["obs"].values
+    for run in runs[1:]:
+        other = run.idata.observed_data["obs"].values
+        if other.shape != first.shape or not np.allclose(other, first):
+            return f"runs {runs[0].name!r} and {run.name!r} were scored on different test observations"
+    return None
+
+
+def loo_compare(runs: list[Run]) -> str:
+    reason = _same_observations(runs)
+    if reason:
+        raise NotApplicable(f"az.compare needs one shared test set: {reason}")
+    with plots.quiet_arviz():
+        table = az.compare({r.name: r.idata for r in runs}, ic="loo")
+        picture = plots.arviz_png(az.plot_compare, table, figsize=(6, 1 + 0.5 * len(runs)))
+    return "\n".join([
+        paragraph("Runs ranked by PSIS-LOO elpd on the shared test set; elpd_diff and dse are relative to the best "
+                  "run, weight is the stacking weight. warning = True flags high Pareto k̂ for that run."),
+        frame_table(table.drop(columns=["scale"], errors="ignore"), "run"),
+        image(picture, "az.compare"),
+    ])
+
+
+def calibration_overlay(runs: list[Run]) -> str:
+    tasks = {r.task for r in runs}
+    if len(tasks) > 1:
+        raise NotApplicable(f"runs mix tasks ({', '.join(sorted(tasks))}); calibration curves are not comparable")
+    if tasks == {"classification"}:
+        curves, skipped = {}, []
+        for run in runs:
+            try:
+                curves[run.name] = reliability_bins(run.prediction.mean, run.test_targets())
+            except NotApplicable as err:
+                skipped.append(f"{run.name}: {err}")
+        if not curves:
+            raise NotApplicable("no run's posterior and data could be loaded: " + "; ".join(skipped))
+        picture = plots.reliability_png(curves)
+    else:
+        curves = {run.name: (LEVELS, coverage_curve(pit_values(run)[0])) for run in runs}
+        picture, skipped = plots.coverage_png(curves), []
+    return "\n".join([paragraph("One curve per run; the dashed diagonal is perfect calibration."),
+                      *(note(s) for s in skipped), image(picture, "calibration across runs")])

@@ -1,0 +1,195 @@
+"""Figures for reports, returned as base64-encoded PNG strings.
+
+Own figures are ``matplotlib.figure.Figure`` objects rendered with the Agg canvas (no
+pyplot state, so they work the same in a terminal and in a notebook); ArviZ plots go
+through pyplot and their figures are closed after encoding.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import logging
+import warnings
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "quiet_arviz",
+    "png",
+    "arviz_png",
+    "history_png",
+    "coverage_png",
+    "pit_png",
+    "reliability_png",
+    "bands_png",
+    "histograms_png",
+    "stat_traces_png",
+]
+
+DPI = 80
+
+
+@contextlib.contextmanager
+def quiet_arviz():
+    """Silence ArviZ's warnings and log messages (e.g. 'Shape validation failed' for one chain)."""
+    import arviz
+
+    # ArviZ 0.2x logs through its own Logger instance, not the one logging.getLogger("arviz") returns
+    logger = getattr(arviz, "_log", None) or logging.getLogger("arviz")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.2):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes.ravel()
+
+
+def png(fig) -> str:
+    """Encode ``fig`` as base64 PNG (and close it if pyplot owns it)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    import matplotlib.pyplot as plt
+
+    if plt.fignum_exists(getattr(fig, "number", -1)):
+        plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def arviz_png(plot: Callable, *args, **kwargs) -> str:
+    """Run an ArviZ plotting function and encode the figure it drew on."""
+    with quiet_arviz():
+        axes = plot(*args, **kwargs)
+    first = np.ravel(axes)[0] if isinstance(axes, np.ndarray) else axes
+    fig = first.get_figure()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fig.tight_layout()
+    return png(fig)
+
+
+def history_png(history: Mapping[str, Sequence[float]]) -> str:
+    """Training curves per epoch: loss, ELBO = E_q[log p(y|w)] − KL, KL, and the KL weight β / learning rate."""
+    epoch = np.asarray(history.get("epoch") or np.arange(len(history["loss"])))
+    panels = [("loss", "loss (−ELBO with β·KL, per epoch)")]
+    if "expected_log_likelihood" in history and "kl" in history:
+        panels.append(("elbo", "ELBO = E_q[log p(y|w)] − KL"))
+    if "kl" in history:
+        panels.append(("kl", "KL(q ‖ p)"))
+    schedules = [k for k in ("kl_weight", "lr", "step_size") if k in history]
+    fig, axes = _figure(ncols=len(panels) + bool(schedules), width=3.6, height=2.8)
+    for ax, (key, label) in zip(axes, panels):
+        if key == "elbo":
+            values = np.asarray(history["expected_log_likelihood"]) - np.asarray(history["kl"])
+        else:
+            values = np.asarray(history[key])
+        ax.plot(epoch, values, lw=1)
+        ax.set(title=label, xlabel="epoch")
+        if key in ("loss", "kl") and np.all(values > 0) and values.max() / max(values.min(), 1e-300) > 100:
+            ax.set_yscale("log")
+    if schedules:
+        ax = axes[len(panels)]
+        for key in schedules:
+            values = np.asarray(history[key], dtype=float)
+            scale = values.max() if values.max() > 0 else 1.0
+            ax.plot(epoch, values / scale, lw=1.2, label=f"{key} / {scale:.3g}")
+        ax.set(title="schedules (scaled to max 1)", xlabel="epoch", ylim=(-0.05, 1.05))
+        ax.legend(fontsize=8)
+    return png(fig)
+
+
+def coverage_png(curves: Mapping[str, tuple]) -> str:
+    """Empirical coverage of central predictive intervals against their nominal level."""
+    fig, (ax,) = _figure(width=4.2, height=3.6)
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="ideal")
+    for label, (nominal, empirical) in curves.items():
+        ax.plot(nominal, empirical, marker="o", ms=3, lw=1.2, label=label)
+    ax.set(xlabel="nominal level of the central interval", ylabel="empirical coverage", xlim=(0, 1), ylim=(0, 1))
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def pit_png(pit: np.ndarray, bins: int = 20) -> str:
+    """Histogram of probability-integral-transform values; uniform when calibrated."""
+    fig, (ax,) = _figure(width=4.2, height=3.2)
+    ax.hist(np.ravel(pit), bins=bins, range=(0, 1), density=True, color="C0", alpha=0.75, edgecolor="white")
+    ax.axhline(1.0, color="grey", ls="--", lw=1)
+    ax.set(xlabel="PIT value F(y | data)", ylabel="density", xlim=(0, 1), title="PIT histogram")
+    return png(fig)
+
+
+def reliability_png(curves: Mapping[str, tuple]) -> str:
+    """Reliability diagram: accuracy per confidence bin against the bin's mean confidence.
+
+    ``curves`` maps a label to ``(confidence [B], accuracy [B], counts [B])`` over non-empty bins.
+    """
+    fig, (ax,) = _figure(width=4.2, height=3.6)
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="ideal")
+    for label, (confidence, acc, counts) in curves.items():
+        sizes = 10 + 120 * np.asarray(counts) / max(1, np.max(counts))
+        ax.plot(confidence, acc, lw=1.2, label=label)
+        ax.scatter(confidence, acc, s=sizes, alpha=0.6)
+    ax.set(xlabel="confidence (max mean class probability)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1.02))
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def bands_png(train, test, grid, mean, bands: Mapping[str, tuple], epistemic=None) -> str:
+    """1-D predictive mean and central bands (original units) with training and test points."""
+    fig, (ax,) = _figure(width=6.5, height=3.6)
+    for alpha, (label, (lo, hi)) in zip((0.18, 0.3, 0.42), bands.items()):
+        ax.fill_between(grid, lo, hi, color="C0", alpha=alpha, lw=0, label=label)
+    if epistemic is not None:
+        ax.plot(grid, epistemic[0], color="C1", lw=0.8, ls=":", label="± 2 sd of f (epistemic)")
+        ax.plot(grid, epistemic[1], color="C1", lw=0.8, ls=":")
+    ax.plot(grid, mean, color="C0", lw=1.5, label="predictive mean")
+    ax.scatter(*test, s=4, color="grey", alpha=0.5, label="test")
+    ax.scatter(*train, s=14, color="k", label="train")
+    ax.set(xlabel="x", ylabel="y")
+    ax.legend(fontsize=7, loc="best")
+    return png(fig)
+
+
+def histograms_png(values: Mapping[str, np.ndarray], xlabel: str, threshold: float | None = None) -> str:
+    """One histogram per layer (site), with an optional pruning threshold line."""
+    names = list(values)
+    ncols = min(3, len(names))
+    nrows = -(-len(names) // ncols)
+    fig, axes = _figure(ncols=ncols, nrows=nrows, width=3.4, height=2.5)
+    for ax, name in zip(axes, names):
+        v = np.ravel(values[name])
+        v = v[np.isfinite(v)]
+        ax.hist(v, bins=40, color="C2", alpha=0.8)
+        if threshold is not None:
+            ax.axvline(threshold, color="C3", ls="--", lw=1)
+        ax.set(title=f"{name} ({v.size})", xlabel=xlabel)
+    for ax in axes[len(names):]:
+        ax.set_visible(False)
+    return png(fig)
+
+
+def stat_traces_png(stats: Mapping[str, np.ndarray]) -> str:
+    """Per-draw sampler statistics ``{name: [chains, draws]}`` against the draw index, one line per chain."""
+    names = list(stats)
+    fig, axes = _figure(ncols=len(names), width=3.4, height=2.6)
+    for ax, name in zip(axes, names):
+        values = np.asarray(stats[name], dtype=float)
+        for chain, row in enumerate(values.reshape(values.shape[0], -1)):
+            ax.plot(row, lw=0.8, label=f"chain {chain}")
+        ax.set(title=name, xlabel="draw")
+    if names and np.asarray(stats[names[0]]).shape[0] <= 8:
+        axes[0].legend(fontsize=7)
+    return png(fig)

@@ -1,0 +1,206 @@
+"""Per-run report sections about the fit itself: identity, convergence, sampler, optimisation.
+
+Every builder takes a :class:`~inference.report.rundata.Run` and returns the section's
+HTML body, or raises :class:`~inference.report.rundata.NotApplicable` with a one-line
+reason.  Convergence is judged with ArviZ's rank-normalised split R-hat, bulk/tail ESS
+and MCSE (Vehtari et al. 2021) — primarily on predictive quantities (``f_mean``,
+``log_joint``), because neuron-permutation symmetry makes per-weight R-hat large even
+when every prediction has converged.
+"""
+from __future__ import annotations
+
+import arviz as az
+import numpy as np
+
+from . import plots
+from .html import fmt, frame_table, image, note, paragraph, table
+from .rundata import NotApplicable, Run
+
+__all__ = ["overview", "convergence", "sampler", "optimisation", "summary_frame", "weight_subset"]
+
+#: ArviZ summary columns shown (R-hat is dropped for single-chain runs)
+SUMMARY_COLUMNS = ["mean", "sd", "mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat"]
+PREDICTIVE_POINTS = 6
+ENTRIES_PER_SITE = 3
+MAX_SITES = 8
+RHAT_LIMIT = 1.01
+ESS_PER_CHAIN = 100
+_NON_WEIGHT_VARS = ("log_joint", "f_mean")
+
+
+def summary_frame(data, single_chain: bool, **kwargs):
+    """``az.summary`` (mean, sd, MCSE, ESS bulk/tail, R-hat) without R-hat for one chain."""
+    with plots.quiet_arviz():
+        frame = az.summary(data, kind="all", **kwargs)
+    columns = [c for c in SUMMARY_COLUMNS if c in frame and not (single_chain and c == "r_hat")]
+    return frame[columns]
+
+
+def weight_subset(posterior, entries: int = ENTRIES_PER_SITE, max_sites: int = MAX_SITES) -> dict:
+    """A readable subset of parameters: ``entries`` evenly spaced scalars of each of ``max_sites`` sites.
+
+    Returns ``{"site[i, j]": array [chain, draw]}``.
+    """
+    out = {}
+    names = [n for n in posterior.data_vars if n not in _NON_WEIGHT_VARS][:max_sites]
+    for name in names:
+        values = posterior[name].values
+        flat = values.reshape(values.shape[0], values.shape[1], -1)
+        shape = values.shape[2:]
+        for k in np.unique(np.linspace(0, flat.shape[-1] - 1, min(entries, flat.shape[-1])).round().astype(int)):
+            index = ", ".join(map(str, np.unravel_index(k, shape))) if shape else ""
+            out[f"{name}[{index}]"] = flat[:, :, k]
+    return out
+
+
+def overview(run: Run) -> str:
+    """Identity, headline metrics, configuration, data summary and timings."""
+    m = run.metrics
+    headline = [(k, m[k]) for k in ("rmse", "test_ll", "coverage_50", "coverage_90", "coverage_95", "accuracy",
+                                     "nll", "brier", "ece", "sparsity") if k in m]
+    timing = [(k, m[k]) for k in ("fit_seconds", "predict_seconds") if k in m]
+    parts = [
+        "<h3>Test metrics (original units)</h3>",
+        table(headline, ["metric", "value"]) if headline else note("no test metrics in metrics.json"),
+        "<h3>Timings (seconds)</h3>",
+        table(timing, ["phase", "seconds"]) if timing else note("no timings recorded"),
+    ]
+    spec = {k: v for k, v in run.spec.items() if v not in (None, {}, [])}
+    parts += ["<h3>Run specification</h3>", table(sorted(spec.items()), ["field", "value"]) if spec else
+              note("config.json holds no run specification")]
+    options = run.config.get("backend_options") or {}
+    resolved = run.info.get("config") or {}
+    merged = {**resolved, **options}
+    if merged:
+        parts += ["<h3>Backend options (resolved)</h3>", table(sorted(merged.items()), ["option", "value"])]
+    data = run.config.get("data") or {}
+    if data:
+        parts += ["<h3>Data</h3>", table(sorted(data.items()), ["field", "value"])]
+    parts.append(paragraph(f"{m.get('num_random', '?')} random parameters; {m.get('num_chains', '?')} chain(s) × "
+                           f"{m.get('num_draws', '?')} draws exported to posterior.nc."))
+    return "\n".join(parts)
+
+
+def convergence(run: Run) -> str:
+    """ArviZ summary of predictive quantities and a parameter subset; trace and rank plots."""
+    idata = run.idata
+    post = idata.posterior
+    chains, draws = post.sizes["chain"], post.sizes["draw"]
+    single = chains < 2
+    parts = [paragraph(f"{chains} chain(s) × {draws} draws. R-hat (rank-normalised split R-hat), ESS bulk/tail and "
+                       "MCSE from ArviZ; the predictive quantities are the network output f at a few test points "
+                       "(f_mean) and the log joint density.")]
+    if single:
+        parts.append(note("R-hat: not applicable — 1 chain (independent draws, e.g. from a variational posterior); "
+                          "R-hat needs at least 2 chains."))
+    points = post["f_mean"].coords["predictive_point"].values
+    pick = points[np.unique(np.linspace(0, len(points) - 1, min(PREDICTIVE_POINTS, len(points))).round().astype(int))]
+    coords = {"predictive_point": pick}
+    if "class" in post["f_mean"].dims:
+        coords["class"] = post["f_mean"].coords["class"].values[:3]
+    predictive = summary_frame(idata, single, var_names=["log_joint", "f_mean"], coords=coords)
+    parts += ["<h3>Predictive quantities and log joint</h3>", frame_table(predictive)]
+    parts += _flags(predictive, chains, run.metrics)
+    subset = weight_subset(post)
+    if subset:
+        weights = summary_frame(subset, single)
+        parts += ["<h3>A readable subset of parameters</h3>",
+                  paragraph("Per-weight R-hat is expected to be large for multi-chain neural-network posteriors "
+                            "(neurons can be permuted between chains); judge convergence on the predictive rows."),
+                  frame_table(weights)]
+    else:
+        parts.append(note("parameter summary: not available — the weights were not exported to posterior.nc "
+                          "(too many random parameters)."))
+    trace_coords = {"predictive_point": pick[:2]}
+    if "class" in coords:
+        trace_coords["class"] = coords["class"][:1]
+    parts += ["<h3>Trace plots</h3>",
+              image(plots.arviz_png(az.plot_trace, idata, var_names=["log_joint", "f_mean"], coords=trace_coords,
+                                    compact=False, figsize=(9, 5)), "trace plots"),
+              "<h3>Rank plots</h3>"]
+    if single:
+        parts.append(note("rank plots: not applicable — they compare the rank histograms of several chains."))
+    else:
+        parts.append(image(plots.arviz_png(az.plot_rank, idata, var_names=["log_joint", "f_mean"],
+                                           coords=trace_coords, figsize=(9, 2.8)), "rank plots"))
+    return "\n".join(parts)
+
+
+def _flags(frame, chains: int, metrics: dict) -> list:
+    out = []
+    if "r_hat" in frame:
+        high = int((frame["r_hat"] > RHAT_LIMIT).sum())
+        if high:
+            out.append(note(f"R-hat > {RHAT_LIMIT} for {high} of these quantities: the chains disagree.", "warn"))
+    low = int((frame["ess_bulk"] < ESS_PER_CHAIN * chains).sum())
+    if low:
+        out.append(note(f"ESS bulk < {ESS_PER_CHAIN} per chain for {low} quantities: estimates are noisy.", "warn"))
+    over_all = [(k, metrics.get(k)) for k in ("rhat_max", "ess_bulk_min", "ess_tail_min") if k in metrics]
+    if over_all:
+        out.append(paragraph("Over all exported predictive quantities: "
+                             + ", ".join(f"{k} = {fmt(v)}" for k, v in over_all) + "."))
+    return out
+
+
+def sampler(run: Run) -> str:
+    """HMC/NUTS diagnostics: divergences, energy (BFMI), step size, tree depth, acceptance rate."""
+    stats = getattr(run.idata, "sample_stats", None)
+    if stats is None or not stats.data_vars:
+        raise NotApplicable(f"backend {run.backend!r} records no per-draw sampler statistics "
+                            "(energy, divergences, step size and tree depth come from HMC/NUTS).")
+    chains = stats.sizes["chain"]
+    header, columns = ["chain"], []
+    for name, label, reduce in (("diverging", "divergences", np.sum), ("acceptance_rate", "mean acceptance", np.mean),
+                                ("step_size", "median step size", np.median), ("tree_depth", "mean tree depth", np.mean),
+                                ("tree_depth", "max tree depth", np.max)):
+        if name in stats:
+            header.append(label)
+            columns.append(reduce(stats[name].values.reshape(chains, -1).astype(float), axis=1))
+    if "energy" in stats:
+        header.append("BFMI")
+        with plots.quiet_arviz():
+            columns.append(az.bfmi(run.idata))
+    parts = []
+    if columns:
+        rows = [[c, *(col[c] for col in columns)] for c in range(chains)]
+        parts.append(table(rows, header))
+    if "diverging" in stats:
+        total = int(stats["diverging"].values.sum())
+        parts.append(note(f"{total} divergent transitions: the sampler could not follow the posterior's curvature "
+                          "there; results near them are biased.", "warn") if total else
+                     paragraph("No divergent transitions."))
+    if "energy" in stats:
+        parts += ["<h3>Energy</h3>", paragraph("Marginal energy vs energy transitions; BFMI < 0.3 means momentum "
+                                               "resampling explores the energy levels poorly."),
+                  image(plots.arviz_png(az.plot_energy, run.idata, figsize=(5, 3.2)), "energy plot")]
+    else:
+        parts.append(note("energy plot: not applicable — no energy statistic (not an HMC/NUTS run)."))
+    traced = {k: stats[k].values for k in ("step_size", "tree_depth", "acceptance_rate") if k in stats}
+    if traced:
+        parts += ["<h3>Step size, tree depth, acceptance rate</h3>", image(plots.stat_traces_png(traced), "sampler stats")]
+    others = [k for k in stats.data_vars if k not in ("diverging", "energy", *traced)]
+    if others:
+        parts.append(paragraph("Other recorded statistics: " + ", ".join(
+            f"{k} (mean {fmt(float(np.mean(stats[k].values)))})" for k in others)))
+    return "\n".join(parts)
+
+
+def optimisation(run: Run) -> str:
+    """VI: the loss / ELBO / KL curves and the KL-annealing and learning-rate schedules."""
+    history = run.info.get("history") or {}
+    if not history.get("loss"):
+        raise NotApplicable(f"backend {run.backend!r} records no optimisation history (ELBO curves come from "
+                            "variational backends).")
+    last = {k: history[k][-1] for k in ("loss", "expected_log_likelihood", "kl", "kl_weight", "lr") if history.get(k)}
+    if "expected_log_likelihood" in last and "kl" in last:
+        last["elbo"] = last["expected_log_likelihood"] - last["kl"]
+    config = run.info.get("config") or {}
+    schedule = {k: config[k] for k in ("epochs", "kl_warmup_epochs", "kl_anneal_epochs", "pretrain_epochs", "lr",
+                                       "lr_schedule", "num_particles", "mc_kl_samples") if k in config}
+    parts = [paragraph("Per-epoch averages over minibatches; the loss is −(N/n)·Σ E_q[log p(y|x,w)] + β·KL(q‖p) "
+                       "with the KL weight β of the annealing schedule; the ELBO uses β = 1."),
+             table(sorted(last.items()), ["final epoch", "value"])]
+    if schedule:
+        parts.append(table(sorted(schedule.items()), ["schedule option", "value"]))
+    parts.append(image(plots.history_png(history), "optimisation history"))
+    return "\n".join(parts)
