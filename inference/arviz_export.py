@@ -15,13 +15,30 @@ Groups written:
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
 from typing import Optional
 
 import arviz as az
 import numpy as np
 import torch
 
-__all__ = ["to_inference_data", "save_netcdf", "load_netcdf"]
+__all__ = ["to_inference_data", "save_netcdf", "load_netcdf", "quiet_arviz"]
+
+
+@contextlib.contextmanager
+def quiet_arviz():
+    """Silence ArviZ's shape warnings for single-chain (variational) draws."""
+    logger = logging.getLogger("arviz")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -80,21 +97,22 @@ def to_inference_data(
         dims["obs"] = ["obs_id"]
     coords = {"predictive_point": point_index, "obs_id": np.arange(x.shape[0])}
     sample_stats = {k: _np(v) for k, v in getattr(posterior, "sample_stats", {}).items()}
-    idata = az.from_dict(
-        posterior=posterior_vars,
-        posterior_predictive={"obs": _np(y_obs)},
-        observed_data={"obs": observed},
-        sample_stats=sample_stats or None,
-        coords=coords,
-        dims=dims,
-        attrs={
-            "backend": str(posterior.info.get("backend", "")),
-            "posterior_kind": posterior.kind,
-            "task": pred.task,
-            "num_random": int(bnn.num_random),
-            "units": "original target units",
-        },
-    )
+    with quiet_arviz():
+        idata = az.from_dict(
+            posterior=posterior_vars,
+            posterior_predictive={"obs": _np(y_obs)},
+            observed_data={"obs": observed},
+            sample_stats=sample_stats or None,
+            coords=coords,
+            dims=dims,
+            attrs={
+                "backend": str(posterior.info.get("backend", "")),
+                "posterior_kind": posterior.kind,
+                "task": pred.task,
+                "num_random": int(bnn.num_random),
+                "units": "original target units",
+            },
+        )
     # pointwise log-likelihood has no output dim, so it gets its own dims
     idata.add_groups(
         log_likelihood=az.dict_to_dataset({"obs": _np(log_lik)}, coords=coords, dims={"obs": ["obs_id"]})

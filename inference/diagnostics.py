@@ -9,11 +9,10 @@ ArviZ's rank-normalised split R-hat and bulk/tail ESS (Vehtari et al. 2021) of t
 """
 from __future__ import annotations
 
-import logging
-import warnings
-
 import arviz as az
 import numpy as np
+
+from .arviz_export import quiet_arviz
 
 __all__ = ["PREDICTIVE_VARS", "predictive_summary", "convergence_metrics"]
 
@@ -27,15 +26,8 @@ def predictive_summary(idata: az.InferenceData):
     undefined and its column is left out.
     """
     single_chain = idata.posterior.sizes["chain"] < 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logger = logging.getLogger("arviz")
-        level = logger.level
-        logger.setLevel(logging.ERROR)
-        try:
-            summary = az.summary(idata, var_names=list(PREDICTIVE_VARS), kind="all")
-        finally:
-            logger.setLevel(level)
+    with quiet_arviz():
+        summary = az.summary(idata, var_names=list(PREDICTIVE_VARS), kind="all")
     return summary.drop(columns=["r_hat"]) if single_chain else summary
 
 

@@ -119,6 +119,10 @@ class BayesianNetwork(nn.Module):
         """Number of random scalars (weights and likelihood latents)."""
         return sum(int(torch.Size(s).numel()) for s in self.site_shapes.values())
 
+    def latent_priors(self) -> dict:
+        """Priors of the likelihood's own latent sites (e.g. ``noise_precision``)."""
+        return dict(self._latent_priors)
+
     def prior_distributions(self) -> dict:
         """``{site: Distribution}`` with event shape = site shape."""
         return {**self._weight_priors, **self._latent_priors}
@@ -177,13 +181,14 @@ class BayesianNetwork(nn.Module):
         latents = {name: pyro.sample(name, d) for name, d in self._latent_priors.items()}
         if x is None:
             return None
-        f = self._forward_single(values, x)
+        f = self.forward_single(values, x)
         n = f.shape[0]
         with pyro.plate("data", size=num_data or n, subsample_size=n):
             self.likelihood.observe(f, y, latents)
         return f
 
-    def _forward_single(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def forward_single(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """Network output ``[N, O]`` with the random sites set to one draw ``{site: site-shaped}``."""
         overrides = {name: self._site_by_name[name].to_param(v) for name, v in values.items()}
         return functional_call(self.net, overrides, (x,), strict=False)
 
@@ -202,7 +207,7 @@ class BayesianNetwork(nn.Module):
             out = self.net(x)
             num = next(iter(values.values())).shape[0] if values else 1
             return out.unsqueeze(0).expand(num, *out.shape)
-        return vmap(self._forward_single, in_dims=(0, None), randomness="different")(weights, x)
+        return vmap(self.forward_single, in_dims=(0, None), randomness="different")(weights, x)
 
     def latents_of(self, values: Mapping[str, torch.Tensor]) -> dict:
         return {n: values[n] for n in self._latent_priors}

@@ -115,18 +115,18 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     """Deterministic pretraining: maximise the likelihood with every random weight as a point estimate.
 
     Fixed (masked-out) entries stay exactly at their fixed values; likelihood latents are
-    held at their prior medians.  Returns the pretrained site values ``{site: tensor}``.
+    held at their prior means.  Returns the pretrained site values ``{site: tensor}``.
     """
     values = {n: v.clone().requires_grad_(True) for n, v in bnn.initial_values().items()}
-    latents = {n: d.base_dist.mean.clone() if hasattr(d, "base_dist") else d.mean for n, d in bnn._latent_priors.items()}
+    latents = {n: d.mean.unsqueeze(0) for n, d in bnn.latent_priors().items()}
     params = list(values.values()) + bnn.deterministic_parameters()
     if not params:
         return {n: v.detach() for n, v in values.items()}
     optimizer = torch.optim.Adam(params, lr=lr)
     for _ in tqdm(range(epochs), desc="pretrain", disable=not progress, leave=False):
         for index in minibatches(x.shape[0], batch_size, generator):
-            f = bnn._forward_single(values, x[index])
-            loss = -bnn.likelihood.log_prob(f.unsqueeze(0), y[index], {k: v.unsqueeze(0) for k, v in latents.items()}).mean()
+            f = bnn.forward_single(values, x[index])
+            loss = -bnn.likelihood.log_prob(f.unsqueeze(0), y[index], latents).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
