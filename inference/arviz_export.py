@@ -113,10 +113,10 @@ def to_inference_data(
                 "units": "original target units",
             },
         )
-    # pointwise log-likelihood has no output dim, so it gets its own dims
-    idata.add_groups(
-        log_likelihood=az.dict_to_dataset({"obs": _np(log_lik)}, coords=coords, dims={"obs": ["obs_id"]})
-    )
+        # pointwise log-likelihood has no output dim, so it gets its own dims
+        idata.add_groups(
+            log_likelihood=az.dict_to_dataset({"obs": _np(log_lik)}, coords=coords, dims={"obs": ["obs_id"]})
+        )
     return idata
 
 

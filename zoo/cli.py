@@ -69,6 +69,9 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prune variational layers after fitting")
     parser.add_argument("--report", action="store_true", help="also write an HTML diagnostics report into --out")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--threads", type=_positive_int, default=1,
+                        help="torch CPU threads (default 1: small BNNs are overhead-bound and extra threads "
+                             "only help large layers)")
     parser.add_argument("--out", required=True, help="run directory to write metrics.json, posterior.nc, posterior/")
 
 
@@ -111,8 +114,11 @@ SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "spa
 
 
 def _run_fit(args) -> int:
+    import torch
+
     from inference.runs import execute
 
+    torch.set_num_threads(args.threads)
     spec = spec_from_args(args)
     metrics = execute(spec, args.out, progress=not args.quiet)
     if args.report:
