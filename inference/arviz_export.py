@@ -30,7 +30,7 @@ __all__ = ["to_inference_data", "save_netcdf", "load_netcdf", "quiet_arviz"]
 @contextlib.contextmanager
 def quiet_arviz():
     """Silence ArviZ's shape warnings for single-chain (variational) draws."""
-    logger = logging.getLogger("arviz")
+    logger = az._log  # ArviZ's own logger instance (not registered with logging.getLogger)
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:

@@ -28,6 +28,8 @@ from zoo.bnn import BayesianNetwork
 from zoo.datasets import Dataset, load_dataset
 from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
 from zoo.priors import make_prior
+from zoo.stochastic import ElementMasks
+from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
 from .arviz_export import save_netcdf
 from .backends import BACKENDS, fit, get_backend
@@ -97,20 +99,42 @@ def _likelihood(spec: RunSpec, data: Dataset):
 
 
 def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
-    """The spec's architecture with its priors, sized for ``data`` and seeded by ``spec.seed``."""
+    """The spec's architecture with its priors, sized for ``data`` and seeded by ``spec.seed``.
+
+    ``stochastic="structured:PRESET"`` applies a :data:`zoo.structured.STRUCTURED_PRESETS`
+    pattern (seed 003); ``*-map`` presets first fit the same net deterministically
+    (``stochastic="none"``, SVI backend, the spec's epochs / batch size / lr) and fix the
+    pattern's entries at those MAP values, the other weights starting from a fresh init.
+    A ``multilstm`` whose LSTM weights are random uses the vmap-able unrolled LSTM.
+    """
+    preset = parse_structured(spec.stochastic)
+    stochastic = spec.stochastic
+    map_state = _map_state(spec, data) if preset and STRUCTURED_PRESETS[preset]["fixed_value"] == "map" else None
+    unrolled = spec.model == "multilstm" and spec.stochastic not in ("none", "last")
     torch.manual_seed(spec.seed)
     net = build_architecture(
-        spec.model, data.input_dim, data.output_dim, hidden=spec.hidden, activation=spec.activation
+        spec.model, data.input_dim, data.output_dim, hidden=spec.hidden, activation=spec.activation,
+        **({"unrolled": True} if unrolled else {}),
     )
+    if preset:
+        stochastic = ElementMasks(*preset_masks(net, preset, pretrained_state=map_state, seed=spec.seed))
     return BayesianNetwork(
         net,
-        stochastic=spec.stochastic,
+        stochastic=stochastic,
         prior=make_prior(spec.prior, spec.prior_scale),
         likelihood=_likelihood(spec, data),
         example_input=data.x_train[:2],
         target_loc=data.y_loc if data.task == "regression" else None,
         target_scale=data.y_scale if data.task == "regression" else None,
     )
+
+
+def _map_state(spec: RunSpec, data: Dataset) -> dict:
+    """State dict of the spec's net fitted deterministically (for MAP-valued structured presets)."""
+    det = dataclasses.replace(spec, stochastic="none", backend="svi", backend_options={}, prune="none")
+    bnn = build_model(det, data)
+    fit(bnn, data.x_train, data.y_train, backend="svi", seed=spec.seed, progress=False, **_backend_options(det, data))
+    return {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
 
 
 def _backend_options(spec: RunSpec, data: Dataset) -> dict:

@@ -70,6 +70,8 @@ __all__ = [
     "symmetric_neuron_counts",
     "STRUCTURED_PRESETS",
     "preset_masks",
+    "STRUCTURED_PREFIX",
+    "parse_structured",
 ]
 
 PATTERNS = ("light", "heavy", "random")
@@ -384,3 +386,26 @@ def preset_masks(module: nn.Module, preset: str, **kw) -> StructuredMasks:
     if preset not in STRUCTURED_PRESETS:
         raise ValueError(f"unknown structured preset {preset!r}; valid presets: {', '.join(STRUCTURED_PRESETS)}")
     return structured_masks(module, **{**STRUCTURED_PRESETS[preset], **kw})
+
+
+STRUCTURED_PREFIX = "structured:"
+"""A stochastic-selection string ``"structured:PRESET"`` names a :data:`STRUCTURED_PRESETS` entry."""
+
+
+def parse_structured(stochastic) -> Optional[str]:
+    """The preset of a ``"structured:PRESET"`` selection string (e.g. ``"structured:heavy-map"``).
+
+    Returns ``None`` for every other selection (``"all"``, globs, masks, ...).
+
+    Raises:
+        ValueError: the prefix is there but the preset is unknown (the valid ones are listed).
+    """
+    if not isinstance(stochastic, str) or not stochastic.startswith(STRUCTURED_PREFIX):
+        return None
+    preset = stochastic[len(STRUCTURED_PREFIX):]
+    if preset not in STRUCTURED_PRESETS:
+        raise ValueError(
+            f"unknown structured preset {preset!r} in {stochastic!r}; valid: "
+            + ", ".join(STRUCTURED_PREFIX + p for p in STRUCTURED_PRESETS)
+        )
+    return preset

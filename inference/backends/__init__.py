@@ -7,10 +7,18 @@ from __future__ import annotations
 
 from .base import Backend, NonFiniteLossError, check_training_data, parse_config
 from .svi import SVIBackend
+from .hmc import HMCBackend, NUTSBackend
+from .sgmcmc import CyclicalSGMCMCBackend, PSGLDBackend, SGHMCBackend, SGLDBackend
 
 __all__ = ["BACKENDS", "fit", "register_backend", "Backend", "NonFiniteLossError"]
 
 BACKENDS: dict[str, Backend] = {"svi": SVIBackend()}
+BACKENDS["hmc"] = HMCBackend()
+BACKENDS["nuts"] = NUTSBackend()
+BACKENDS["sgld"] = SGLDBackend()
+BACKENDS["psgld"] = PSGLDBackend()
+BACKENDS["sghmc"] = SGHMCBackend()
+BACKENDS["csgmcmc"] = CyclicalSGMCMCBackend()
 
 
 def register_backend(backend: Backend) -> None:

@@ -1,7 +1,7 @@
 """Sections of the comparison report over several runs.
 
 ``az.compare`` ranks runs by PSIS-LOO elpd (stacking weights, Yao et al. 2018); it is only
-meaningful when every run was scored on the same test observations, which is checked.
+meaningful when every run was fitted to the same observations, which is checked.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from . import plots
 from .html import escape, fmt, frame_table, image, note, paragraph
-from .predictive import LEVELS, coverage_curve, pit_values, reliability_bins
+from .predictive import LEVELS, coverage_curve, loo_data, pit_values, reliability_bins
 from .rundata import NotApplicable, Run
 
 __all__ = ["runs_table", "loo_compare", "calibration_overlay"]
@@ -33,26 +33,30 @@ def runs_table(runs: list[Run], links: dict) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _same_observations(runs: list[Run]) -> str | None:
-    """None when all runs share the test observations, else why not."""
-    first = runs[0].idata.observed_data["obs"].values
-    for run in runs[1:]:
-        other = run.idata.observed_data["obs"].values
+def _same_observations(runs: list[Run], datasets: list) -> str | None:
+    """None when all runs' LOO data hold the same observations, else why not."""
+    first = datasets[0].observed_data["obs"].values
+    for run, idata in zip(runs[1:], datasets[1:]):
+        other = idata.observed_data["obs"].values
         if other.shape != first.shape or not np.allclose(other, first):
-            return f"runs {runs[0].name!r} and {run.name!r} were scored on different test observations"
+            return f"runs {runs[0].name!r} and {run.name!r} were fitted to different data"
     return None
 
 
 def loo_compare(runs: list[Run]) -> str:
-    reason = _same_observations(runs)
+    pairs = [loo_data(r) for r in runs]
+    datasets = [idata for idata, _ in pairs]
+    reason = _same_observations(runs, datasets)
     if reason:
-        raise NotApplicable(f"az.compare needs one shared test set: {reason}")
+        raise NotApplicable(f"az.compare needs one shared data set: {reason}")
     with plots.quiet_arviz():
-        table = az.compare({r.name: r.idata for r in runs}, ic="loo")
-        picture = plots.arviz_png(az.plot_compare, table, figsize=(6, 1 + 0.5 * len(runs)))
+        table = az.compare(dict(zip([r.name for r in runs], datasets)), ic="loo")
+    picture = plots.arviz_png(az.plot_compare, table, figsize=(6, 1 + 0.5 * len(runs)))
+    sources = sorted({source for _, source in pairs})
     return "\n".join([
-        paragraph("Runs ranked by PSIS-LOO elpd on the shared test set; elpd_diff and dse are relative to the best "
-                  "run, weight is the stacking weight. warning = True flags high Pareto k̂ for that run."),
+        *(paragraph(s) for s in sources),
+        paragraph("Runs ranked by PSIS-LOO elpd; elpd_diff and dse are relative to the best run, weight is the "
+                  "stacking weight. warning = True flags high Pareto k̂ for that run."),
         frame_table(table.drop(columns=["scale"], errors="ignore"), "run"),
         image(picture, "az.compare"),
     ])

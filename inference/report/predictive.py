@@ -1,9 +1,10 @@
 """Per-run report sections about predictions: LOO/WAIC, calibration, 1-D predictive bands.
 
-* PSIS-LOO and WAIC from the pointwise test-set log-likelihood in ``posterior.nc``
-  (Vehtari, Gelman & Gabry 2017), with the Pareto-k̂ diagnostic: k̂ above ArviZ's
-  sample-size-dependent threshold (≤ 0.7) marks points whose importance weights have too
-  heavy a tail for a reliable estimate.
+* PSIS-LOO and WAIC (Vehtari, Gelman & Gabry 2017) from the pointwise log-likelihood of
+  the *training* points (the data the posterior was conditioned on), with the Pareto-k̂
+  diagnostic: k̂ above ArviZ's sample-size-dependent threshold (≤ 0.7) marks points whose
+  importance weights have too heavy a tail for a reliable estimate.  Next to it, the test
+  lppd Σ_n log (1/S) Σ_s p(y_n | w_s) over the held-out points of ``posterior.nc``.
 * Regression calibration: the PIT value u_n = F(y_n | data) of each test target under the
   predictive mixture; target n is inside the central level-p interval iff
   (1−p)/2 ≤ u_n ≤ (1+p)/2, which gives the coverage-vs-nominal curve.  Uniform PIT values
@@ -22,7 +23,7 @@ from . import plots
 from .html import fmt, image, note, paragraph, table
 from .rundata import NotApplicable, Run
 
-__all__ = ["loo_waic", "calibration", "bands", "pit_values", "coverage_curve", "reliability_bins", "LEVELS"]
+__all__ = ["loo_waic", "loo_data", "test_lppd", "calibration", "bands", "pit_values", "coverage_curve", "reliability_bins", "LEVELS"]
 
 LEVELS = np.round(np.append(np.arange(0.05, 1.0, 0.05), 0.99), 2)
 ECE_BINS = 15
@@ -35,6 +36,33 @@ def loo(idata):
         return az.loo(idata, pointwise=True), az.waic(idata)
 
 
+def loo_data(run: Run) -> tuple[object, str]:
+    """The InferenceData to run PSIS-LOO on, and a sentence saying which data it holds.
+
+    LOO needs the log-likelihood of the points the posterior was fitted to: the training
+    data (re-created from the run spec).  When the posterior or the data cannot be loaded,
+    the test-set log-likelihood of ``posterior.nc`` is used, with a warning.
+    """
+    try:
+        idata = run.train_idata
+        n = idata.log_likelihood.sizes["obs_id"]
+        total = run.dataset.n_train
+        which = f"all {n}" if n == total else f"a seeded random {n} of {total}"
+        return idata, f"PSIS-LOO and WAIC on {which} training points (the data the posterior was fitted to)."
+    except NotApplicable as reason:
+        return run.idata, (f"PSIS-LOO and WAIC on the test-set log-likelihood of posterior.nc, because {reason}. "
+                           "The posterior was not fitted to these points, so this LOO is pessimistic; "
+                           "the test lppd is the direct held-out score.")
+
+
+def test_lppd(idata) -> tuple[float, int]:
+    """Σ_n log (1/S) Σ_s p(y_n | w_s) over the test points of ``posterior.nc``, and their number."""
+    ll = idata.log_likelihood["obs"].values
+    ll = ll.reshape(-1, ll.shape[-1])
+    lppd = torch.logsumexp(torch.as_tensor(ll, dtype=torch.float64), 0) - np.log(ll.shape[0])
+    return float(lppd.sum()), ll.shape[-1]
+
+
 def pareto_k_counts(result) -> dict:
     """Counts of Pareto k̂ in good / bad / very bad ranges (ArviZ's sample-size-dependent threshold)."""
     k = np.asarray(result.pareto_k)
@@ -44,27 +72,31 @@ def pareto_k_counts(result) -> dict:
 
 
 def loo_waic(run: Run) -> str:
-    idata = run.idata
-    if "log_likelihood" not in idata.groups():
+    if "log_likelihood" not in run.idata.groups():
         raise NotApplicable("posterior.nc holds no pointwise log-likelihood")
+    idata, source = loo_data(run)
     result, waic = loo(idata)
-    rows = [("elpd_loo", result.elpd_loo, result.se), ("p_loo", result.p_loo, None),
-            ("elpd_waic", waic.elpd_waic, waic.se), ("p_waic", waic.p_waic, None)]
+    n = result.n_data_points
+    lppd, n_test = test_lppd(run.idata)
+    rows = [("elpd_loo", result.elpd_loo, result.se, result.elpd_loo / n), ("p_loo", result.p_loo, None, None),
+            ("elpd_waic", waic.elpd_waic, waic.se, waic.elpd_waic / n), ("p_waic", waic.p_waic, None, None),
+            (f"test lppd ({n_test} held-out points)", lppd, None, lppd / n_test)]
     counts = pareto_k_counts(result)
-    parts = [paragraph(f"Expected log pointwise predictive density on the {result.n_data_points} test points "
-                       f"(log score, original units), from {result.n_samples} draws."),
-             table(rows, ["quantity", "estimate", "SE"]),
+    parts = [paragraph(f"{source} {result.n_samples} draws; log scores in original units. elpd_loo estimates the "
+                       "log predictive density of new data; its per-point value can be read against the test "
+                       "lppd per point."),
+             table(rows, ["quantity", "estimate", "SE", "per point"]),
              "<h3>Pareto k̂ diagnostic</h3>", table(counts.items(), ["range", "points"])]
     bad = sum(v for k, v in counts.items() if not k.startswith("good"))
     if bad:
-        parts.append(note(f"Pareto k warning: {bad} of {result.n_data_points} points have k̂ above the threshold — "
+        parts.append(note(f"Pareto k warning: {bad} of {n} points have k̂ above the threshold — "
                           "PSIS-LOO is unreliable for them (influential or poorly predicted points).", "warn"))
     if not np.isfinite(result.elpd_loo):
-        parts.append(note("elpd_loo is not finite: some test points have extreme log-likelihoods.", "warn"))
+        parts.append(note("elpd_loo is not finite: some points have extreme log-likelihoods.", "warn"))
     if getattr(waic, "warning", False):
         parts.append(note("WAIC warning: the posterior variance of some pointwise log densities exceeds 0.4, "
                           "so WAIC may be unreliable; prefer LOO.", "warn"))
-    if idata.attrs.get("posterior_kind") == "variational":
+    if run.idata.attrs.get("posterior_kind") == "variational":
         parts.append(note("The draws come from a variational approximation q, not the exact posterior; "
                           "read LOO as a score of q's predictive distribution."))
     parts.append(image(plots.arviz_png(az.plot_khat, result, show_hlines=True, figsize=(6, 2.8)), "Pareto k"))

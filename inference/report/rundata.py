@@ -11,7 +11,13 @@ import json
 from functools import cached_property
 from pathlib import Path
 
+import torch
+
 __all__ = ["Run", "NotApplicable", "open_run"]
+
+
+#: PSIS-LOO on training data uses at most this many (seeded, random) points
+MAX_LOO_POINTS = 2000
 
 
 class NotApplicable(Exception):
@@ -87,6 +93,21 @@ class Run:
     def test_targets(self):
         data = self.dataset
         return data.y_test_original() if data.task == "regression" else data.y_test
+
+    @cached_property
+    def train_idata(self):
+        """InferenceData on (up to ``MAX_LOO_POINTS`` seeded random) *training* points, for PSIS-LOO/WAIC.
+
+        ``posterior.nc`` holds test-set log-likelihoods; PSIS-LOO needs those of the data
+        the posterior was fitted to.
+        """
+        data = self.dataset
+        index = torch.arange(data.n_train)
+        if data.n_train > MAX_LOO_POINTS:
+            generator = torch.Generator().manual_seed(self.seed)
+            index = torch.randperm(data.n_train, generator=generator)[:MAX_LOO_POINTS].sort().values
+        y = data.y_train_original() if data.task == "regression" else data.y_train
+        return self.posterior.to_arviz(data.x_train[index], y[index], seed=self.seed, include_weights=False)
 
     @cached_property
     def prediction(self):
