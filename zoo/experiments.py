@@ -1,0 +1,449 @@
+"""Experiment runner: ``python -m zoo experiment NAME [--fast] [--out DIR] [--executor local|ray]``.
+
+Runs a named grid of :mod:`zoo.experiment_grids` (dataset × architecture × stochastic subset ×
+backend × splits / seeds).  Every run goes through :func:`inference.runs.execute` into
+``DIR/runs/<key>/`` (``metrics.json``, ``posterior.nc``, ``posterior/``, ``config.json``); a run
+whose ``metrics.json`` is complete is skipped, so an interrupted sweep resumes where it stopped.
+Runs execute in local worker processes (``--workers N``, default 2, one torch thread each;
+``--workers 0`` runs them in this process) or, with ``--executor ray``, as Ray tasks on an
+existing cluster (``--ray-address``) or a local Ray instance; the run directories must then be
+on a file system the Ray workers share.  A run that needs another (``Run.after``) is started once
+that one has finished.
+
+Outputs: ``DIR/results.csv`` (one row per run: labels and metrics), ``DIR/summary.csv`` and
+``DIR/summary.md`` (mean ± standard error over splits / seeds per configuration, n runs, published
+numbers where the grid has them), ``DIR/*.png`` figures, ``DIR/failures.txt`` if runs failed.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from .experiment_grids import EXPERIMENTS, EXTRAS, Experiment, Run, load_run_data
+
+__all__ = ["run_experiment", "run_one", "summarise", "add_arguments", "run", "EXECUTORS"]
+
+EXECUTORS = ("local", "ray")
+_DONE_KEY = "run_seconds"  # written last: a metrics.json without it is an unfinished run
+
+
+# --------------------------------------------------------------------------------------------
+# One run (in a worker)
+# --------------------------------------------------------------------------------------------
+
+
+def _metrics_path(root: Path, key: str) -> Path:
+    return Path(root) / key / "metrics.json"
+
+
+def is_finished(root, key: str) -> bool:
+    """Whether ``root/key/metrics.json`` holds a completed run."""
+    path = _metrics_path(root, key)
+    if not path.is_file():
+        return False
+    try:
+        return _DONE_KEY in json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return False
+
+
+def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optional[int] = 1) -> dict:
+    """Execute ``run`` into ``root/run.key``: data, fit, evaluation, extra metrics; returns the metrics."""
+    import torch
+
+    from inference import load_posterior
+    from inference.posterior import to_jsonable
+    from inference.runs import execute
+    from zoo.datasets import load_dataset
+
+    if threads:
+        torch.set_num_threads(threads)
+    started = time.perf_counter()
+    spec = run.spec
+    data = load_run_data(run, root, prerequisite)
+    if data is None:
+        data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
+    out = Path(root) / run.key
+    metrics = execute(spec, out, progress=False, data=data)
+    if run.extras:
+        posterior = load_posterior(out / "posterior")
+        for name in run.extras:
+            metrics.update(EXTRAS[name](posterior, data, spec.seed))
+    metrics[_DONE_KEY] = time.perf_counter() - started
+    temporary = out / "metrics.json.tmp"
+    temporary.write_text(json.dumps(to_jsonable(metrics), indent=2))
+    os.replace(temporary, out / "metrics.json")
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Executors
+# --------------------------------------------------------------------------------------------
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+class _Inline(cf.Executor):
+    """Runs each submitted call at once in this process (``--workers 0``)."""
+
+    def submit(self, fn, *args, **kwargs):
+        future = cf.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as err:  # noqa: BLE001 - handed to the scheduler like a worker's error
+            future.set_exception(err)
+        return future
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
+def _wait_futures(handles):
+    done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+    handle = next(iter(done))
+    err = handle.exception()
+    return handle, None if err is None else _error_text(err)
+
+
+def _schedule(runs, by_key, finished: set, submit, wait_one, bar) -> dict:
+    """Submit every run once its prerequisite has finished; returns ``{key: error}`` of failed runs."""
+    queue, running, failures = list(runs), {}, {}
+    while queue or running:
+        for run in list(queue):
+            if run.after is None or run.after in finished:
+                running[submit(run, by_key.get(run.after))] = run
+                queue.remove(run)
+            elif run.after in failures:
+                failures[run.key] = f"prerequisite {run.after} failed"
+                queue.remove(run)
+                bar.update()
+        if not running:
+            failures.update({r.key: f"prerequisite {r.after} is not in the grid" for r in queue})
+            break
+        handle, error = wait_one(list(running))
+        run = running.pop(handle)
+        if error is None:
+            finished.add(run.key)
+        else:
+            failures[run.key] = error
+            bar.write(f"run {run.key} failed: {error}")
+        bar.update()
+    return failures
+
+
+def _run_local(runs, by_key, finished, root, workers, bar) -> dict:
+    if workers == 0:
+        pool = _Inline()
+    else:
+        pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker)
+    with pool:
+        threads = None if workers == 0 else 1
+        return _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
+                         _wait_futures, bar)
+
+
+def _run_ray(runs, by_key, finished, root, workers, bar, address) -> dict:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--executor ray needs Ray: pip install 'bnn-zoo[ray]' (or pip install ray)") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        local = {} if address else {"num_cpus": max(workers, 1), "include_dashboard": False}
+        ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
+    remote = ray.remote(num_cpus=1)(run_one)
+
+    def wait_one(handles):
+        ready, _ = ray.wait(handles, num_returns=1)
+        try:
+            ray.get(ready[0])
+            return ready[0], None
+        except Exception as err:  # noqa: BLE001 - a failed task is a failed run
+            return ready[0], _error_text(getattr(err, "cause", None) or err)
+
+    try:
+        return _schedule(runs, by_key, finished, lambda r, p: remote.remote(r, str(root), p, 1), wait_one, bar)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_experiment(name: str, out, fast: bool = False, executor: str = "local", workers: int = 2,
+                   data_root=None, ray_address: Optional[str] = None, progress: bool = True) -> dict:
+    """Run grid ``name`` into ``out`` (skipping finished runs) and write its tables and figures.
+
+    Returns ``{"results": DataFrame, "summary": DataFrame, "failures": {key: error},
+    "skipped": n, "files": [paths]}``.
+    """
+    from tqdm.auto import tqdm
+
+    experiment = get_experiment(name)
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+    if int(workers) < 0:
+        raise ValueError(f"--workers must be 0 (run in this process) or more, got {workers}")
+    if data_root is not None and not Path(data_root).is_dir():
+        raise ValueError(f"--data-root {data_root} is not a folder")
+    runs = experiment.build(fast, None if data_root is None else str(Path(data_root).resolve()))
+    if not runs:
+        raise ValueError(f"experiment {name!r} has no runs here (its backends are not registered)")
+    out = Path(out)
+    root = (out / "runs").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    by_key = {r.key: r for r in runs}
+    if len(by_key) != len(runs):
+        raise ValueError(f"experiment {name!r} has duplicate run keys")
+    finished = {r.key for r in runs if is_finished(root, r.key)}
+    todo = [r for r in runs if r.key not in finished]
+    bar = tqdm(total=len(runs), initial=len(finished), desc=name, unit="run", disable=not progress)
+    with bar:
+        if executor == "local":
+            failures = _run_local(todo, by_key, finished, root, int(workers), bar)
+        else:
+            failures = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address)
+    results, summary, files = write_tables(experiment, runs, root, out, failures)
+    return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
+            "files": files}
+
+
+def get_experiment(name: str) -> Experiment:
+    if name not in EXPERIMENTS:
+        names = [n for n, e in EXPERIMENTS.items() if not e.hidden]
+        raise ValueError(f"unknown experiment {name!r}; valid experiments: {', '.join(names)}")
+    return EXPERIMENTS[name]
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------
+
+
+def collect(runs, root):
+    """One row per finished run: key, labels and scalar metrics (a pandas DataFrame)."""
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        if not is_finished(root, run.key):
+            continue
+        metrics = json.loads(_metrics_path(root, run.key).read_text())
+        scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        rows.append({"key": run.key, **scalars, **run.labels})
+    return pd.DataFrame(rows)
+
+
+def summarise(results, group) -> "pd.DataFrame":
+    """Mean, standard error (sd / √n, ddof 1; NaN for n = 1) and n of every numeric column per group."""
+    import pandas as pd
+
+    group = [g for g in group if g in results.columns]
+    numeric = [c for c in results.columns
+               if c not in group and c not in ("seed", "split") and pd.api.types.is_numeric_dtype(results[c])]
+    grouped = results.groupby(group, sort=False, dropna=False)[numeric]
+    mean, sd, n = grouped.mean(), grouped.std(ddof=1), grouped.count()
+    se = sd / n.pow(0.5)
+    table = pd.concat({"mean": mean, "se": se}, axis=1)
+    table.columns = [f"{metric}_{stat}" for stat, metric in table.columns]
+    table.insert(0, "n", results.groupby(group, sort=False, dropna=False).size())
+    return table.reset_index()
+
+
+def _cell(mean, se) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    text = f"{mean:.4g}"
+    return text if se is None or math.isnan(se) else f"{text} ± {se:.2g}"
+
+
+def summary_markdown(experiment: Experiment, summary, failures: dict) -> str:
+    """The summary as a markdown table: group columns, n, ``mean ± se`` per metric, published columns."""
+    group = [g for g in experiment.group if g in summary.columns]
+    metrics = [m for m in experiment.metrics if f"{m}_mean" in summary.columns]
+    rows = []
+    for _, row in summary.iterrows():
+        cells = [str(row[g]) for g in group] + [str(int(row["n"]))]
+        cells += [_cell(row[f"{m}_mean"], row[f"{m}_se"]) for m in metrics]
+        published = experiment.published(row.to_dict()) if experiment.published else {}
+        rows.append(cells + list(published.values()))
+    extra = list(experiment.published(summary.iloc[0].to_dict())) if experiment.published and len(summary) else []
+    header = group + ["n"] + metrics + extra
+    lines = [f"**{experiment.name}** — {experiment.description}. Mean ± standard error over splits/seeds.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    if failures:
+        lines += ["", f"{len(failures)} run(s) failed (see failures.txt): " + ", ".join(sorted(failures))]
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(experiment: Experiment, runs, root, out, failures):
+    """Write results.csv, summary.csv, summary.md, failures.txt and figures into ``out``."""
+    out = Path(out)
+    results = collect(runs, root)
+    files = []
+    if failures:
+        (out / "failures.txt").write_text("".join(f"{k}\t{v}\n" for k, v in sorted(failures.items())))
+        files.append(out / "failures.txt")
+    if results.empty:
+        return results, results, files
+    summary = summarise(results, experiment.group)
+    results.to_csv(out / "results.csv", index=False)
+    summary.to_csv(out / "summary.csv", index=False)
+    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures))
+    files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
+    files += make_figures(experiment.name, summary, out)
+    return results, summary, files
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+
+def _bars(ax, summary, x, series, metric, label=None):
+    """Grouped bars of ``metric`` (mean ± se): one group per value of ``x``, one bar per ``series``."""
+    xs = list(dict.fromkeys(summary[x]))
+    names = list(dict.fromkeys(summary[series])) if series else [None]
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        part = summary if name is None else summary[summary[series] == name]
+        part = part.set_index(x).reindex(xs)
+        positions = [j + (i - (len(names) - 1) / 2) * width for j in range(len(xs))]
+        ax.bar(positions, part[f"{metric}_mean"], width, yerr=part[f"{metric}_se"].fillna(0), capsize=2,
+               label=None if name is None else str(name))
+    ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(label or metric)
+    if series:
+        ax.legend(fontsize=7)
+
+
+def _figure_euler(summary, plt):
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    _bars(axes[0], summary, "variant", "formulation", "rmse_circular", "test RMSE (circular), degrees")
+    _bars(axes[1], summary, "variant", "formulation", "rmse_plain", "test RMSE (plain, seed 000), degrees")
+    _bars(axes[2], summary, "variant", "formulation", "coverage_90", "90% interval coverage")
+    axes[2].axhspan(0.85, 0.95, color="green", alpha=0.1)
+    return fig
+
+
+def _figure_uci(summary, plt):
+    datasets = list(dict.fromkeys(summary["dataset"]))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(3.2 * len(datasets), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], datasets):
+        part = summary[summary["dataset"] == name]
+        _bars(ax, part, "backend", "stochastic", "rmse", "test RMSE")
+        ax.set_title(name, fontsize=9)
+    return fig
+
+
+def _figure_structured(summary, plt):
+    fig, ax = plt.subplots(figsize=(8, 4))
+    _bars(ax, summary, "variant", None, "rmse_std", "test RMSE (standardised)")
+    vanilla = summary.loc[summary["variant"] == "vanilla MFVI", "rmse_std_mean"]
+    if len(vanilla):
+        ax.axhline(float(vanilla.iloc[0]), color="k", lw=0.8, label="vanilla MFVI")
+        ax.axhline(0.7 * float(vanilla.iloc[0]), color="r", ls="--", lw=0.8, label="goal: 30% below vanilla")
+        ax.legend(fontsize=7)
+    return fig
+
+
+def _figure_sparse(summary, plt):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    _bars(ax, summary, "family", "prune", "accuracy", "test accuracy")
+    return fig
+
+
+def _figure_radial(summary, plt):
+    from .experiment_grids import CONFIDENCE_THRESHOLDS
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, metric in zip(axes[:2], ("accuracy", "nll")):
+        ax.errorbar(summary["M"], summary[f"{metric}_mean"], summary[f"{metric}_se"].fillna(0), marker="o", capsize=2)
+        ax.set_xscale("log")
+        ax.set_xlabel("MC-KL samples M")
+        ax.set_ylabel(f"test {metric}")
+    for _, row in summary.iterrows():
+        kept = [row[f"kept_{t:g}_mean"] for t in CONFIDENCE_THRESHOLDS]
+        acc = [row[f"acc_{t:g}_mean"] for t in CONFIDENCE_THRESHOLDS]
+        axes[2].plot(kept, acc, marker="o", label=f"M = {row['M']}")
+    axes[2].set_xlabel("fraction of test points kept (max probability ≥ threshold)")
+    axes[2].set_ylabel("accuracy on the kept points")
+    axes[2].legend(fontsize=7)
+    return fig
+
+
+FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci,
+           "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
+           "radial-mc": _figure_radial}
+"""Figure makers ``(summary, pyplot) -> Figure`` per experiment."""
+
+
+def make_figures(name: str, summary, out: Path) -> list:
+    """Write ``out/<name>.png`` from the summary table; returns the paths written."""
+    if name not in FIGURES:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = FIGURES[name](summary, plt)
+    fig.tight_layout()
+    path = Path(out) / f"{name}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    listing = "; ".join(f"{n}: {e.description}" for n, e in EXPERIMENTS.items() if not e.hidden)
+    parser.add_argument("name", help=f"the grid to run. {listing}")
+    parser.add_argument("--fast", action="store_true", help="the reduced grid (fewer splits/seeds/epochs)")
+    parser.add_argument("--out", help="output folder (default runs/experiments/NAME[-fast])")
+    parser.add_argument("--executor", default="local", choices=EXECUTORS,
+                        help="local worker processes (default) or Ray tasks")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="local worker processes / local Ray CPUs (default 2; 0: run in this process)")
+    parser.add_argument("--data-root", help="data folder: a folder of UCI-layout datasets (uci-benchmark, "
+                        "structured-stochasticity: its energy/) or the Euler CSV folder (euler-stochasticity)")
+    parser.add_argument("--ray-address", help="address of a running Ray cluster (default: a local Ray instance)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    suffix = "-fast" if args.fast else ""
+    out = Path(args.out or f"runs/experiments/{args.name}{suffix}")
+    started = time.perf_counter()
+    report = run_experiment(args.name, out, fast=args.fast, executor=args.executor, workers=args.workers,
+                            data_root=args.data_root, ray_address=args.ray_address, progress=not args.quiet)
+    if (out / "summary.md").is_file():
+        print((out / "summary.md").read_text())
+    print(f"{len(report['results'])} runs finished ({report['skipped']} found done), "
+          f"{len(report['failures'])} failed, {time.perf_counter() - started:.0f} s")
+    for path in report["files"]:
+        print(f"  wrote {path}")
+    return 1 if report["failures"] else 0
+
+
+def _register() -> None:
+    from .cli import COMMANDS
+
+    COMMANDS["experiment"] = (add_arguments, run, "run a named experiment grid and write its result tables")
+
+
+_register()
