@@ -59,6 +59,7 @@ def overview(run: Run) -> str:
     headline = [(k, m[k]) for k in ("rmse", "test_ll", "coverage_50", "coverage_90", "coverage_95", "accuracy",
                                      "nll", "brier", "ece", "sparsity") if k in m]
     timing = [(k, m[k]) for k in ("fit_seconds", "predict_seconds") if k in m]
+    timing += [(k, v) for k, v in sorted(run.info.items()) if k.endswith("_seconds") and k not in m]
     parts = [
         "<h3>Test metrics (original units)</h3>",
         table(headline, ["metric", "value"]) if headline else note("no test metrics in metrics.json"),
@@ -164,6 +165,15 @@ def sampler(run: Run) -> str:
     if columns:
         rows = [[c, *(col[c] for col in columns)] for c in range(chains)]
         parts.append(table(rows, header))
+    max_depth = (run.info.get("config") or {}).get("max_tree_depth")
+    if "tree_depth" in stats and max_depth:
+        share = float(np.mean(stats["tree_depth"].values >= max_depth))
+        if share > 0.05:
+            parts.append(note(f"{share:.0%} of draws hit the maximum tree depth {max_depth}: trajectories were cut "
+                              "short (a smaller step size forced by curvature); sampling is slow and may be "
+                              "inefficient.", "warn"))
+    if "warmup_divergences" in run.info:
+        parts.append(paragraph(f"Divergences during warm-up (not in the draws): {run.info['warmup_divergences']}."))
     if "diverging" in stats:
         total = int(stats["diverging"].values.sum())
         parts.append(note(f"{total} divergent transitions: the sampler could not follow the posterior's curvature "
