@@ -17,6 +17,9 @@ from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 
 from zoo.bnn import BayesianNetwork
 
+from .variational.meanfield import build_mean_field_guide
+from .variational.radial import build_radial_guide
+
 __all__ = ["GUIDES", "EmptyGuide", "build_guide", "register_guide"]
 
 pyro.settings.set(module_local_params=True)
@@ -44,6 +47,8 @@ class EmptyGuide(torch.nn.Module):
 
 
 GUIDES: dict[str, Callable] = {"normal": _autonormal}
+GUIDES["mean-field"] = build_mean_field_guide  # Graves / sparse VD / Kingma VD families
+GUIDES["radial"] = build_radial_guide  # Radial AutoGuide (Farquhar et al. 2020)
 
 
 def register_guide(name: str, builder: Callable) -> None:

@@ -9,6 +9,7 @@ from .base import Backend, NonFiniteLossError, check_training_data, parse_config
 from .svi import SVIBackend
 from .hmc import HMCBackend, NUTSBackend
 from .sgmcmc import CyclicalSGMCMCBackend, PSGLDBackend, SGHMCBackend, SGLDBackend
+from .variational import GravesBackend, KingmaVDBackend, RadialBackend, SparseVDBackend, SVILRTBackend
 
 __all__ = ["BACKENDS", "fit", "register_backend", "Backend", "NonFiniteLossError"]
 
@@ -19,6 +20,11 @@ BACKENDS["sgld"] = SGLDBackend()
 BACKENDS["psgld"] = PSGLDBackend()
 BACKENDS["sghmc"] = SGHMCBackend()
 BACKENDS["csgmcmc"] = CyclicalSGMCMCBackend()
+BACKENDS["svi-lrt"] = SVILRTBackend()
+BACKENDS["graves"] = GravesBackend()
+BACKENDS["sparse-vd"] = SparseVDBackend()
+BACKENDS["kingma-vd"] = KingmaVDBackend()
+BACKENDS["radial"] = RadialBackend()
 
 
 def register_backend(backend: Backend) -> None:

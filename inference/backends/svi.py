@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import pyro
 import torch
@@ -26,7 +26,7 @@ from ..guides import GUIDES, build_guide
 from ..posterior import VariationalPosterior
 from .base import Backend, NonFiniteLossError, minibatches
 
-__all__ = ["SVIConfig", "SVIBackend", "kl_weight", "pretrain"]
+__all__ = ["SVIConfig", "SVIBackend", "kl_weight", "pretrain", "run_training_loop", "validate_loop_options"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
 OPTIMIZERS = ("adam", "clipped-adam")
@@ -71,24 +71,29 @@ class SVIConfig:
     guide_options: Optional[dict] = None
 
     def validate(self):
-        for name in ("epochs", "num_particles", "num_samples"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("kl_warmup_epochs", "kl_anneal_epochs", "pretrain_epochs"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
-        for name in ("lr", "init_scale", "clip_norm", "lr_final_factor"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be positive, got {value}")
-        if self.batch_size is not None and int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        validate_loop_options(self)
         if self.guide not in GUIDES:
             raise ValueError(f"unknown guide {self.guide!r}; valid guides: {', '.join(GUIDES)}")
+
+
+def validate_loop_options(config) -> None:
+    """Check the training-loop options shared by the SVI-style backends (clear ``ValueError``s)."""
+    for name in ("epochs", "num_particles", "num_samples"):
+        if int(getattr(config, name)) < 1:
+            raise ValueError(f"{name} must be at least 1, got {getattr(config, name)}")
+    for name in ("kl_warmup_epochs", "kl_anneal_epochs", "pretrain_epochs"):
+        if int(getattr(config, name)) < 0:
+            raise ValueError(f"{name} must be non-negative, got {getattr(config, name)}")
+    for name in ("lr", "init_scale", "clip_norm", "lr_final_factor"):
+        value = getattr(config, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be positive, got {value}")
+    if config.batch_size is not None and int(config.batch_size) < 1:
+        raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {config.batch_size}")
+    if config.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
+    if config.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {config.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
 def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:
@@ -133,6 +138,77 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     return {n: v.detach() for n, v in values.items()}
 
 
+def run_training_loop(
+    objective: Callable,
+    params: list,
+    num_data: int,
+    config,
+    generator: torch.Generator,
+    history: dict,
+    result: Callable,
+    desc: str,
+    progress: bool,
+    on_epoch: Optional[Callable] = None,
+    fused_adam: bool = False,
+) -> None:
+    """The minibatch training loop shared by the SVI-style backends.
+
+    Args:
+        objective: ``objective(index, beta) -> (loss, expected_log_likelihood, kl)`` for the
+            minibatch ``index``; ``loss`` carries gradients and already includes ``β · KL``,
+            the other two are detached scalars (for the history).
+        params: tensors to optimise (Adam, learning-rate schedule and clipping from ``config``).
+        num_data, config, generator: data size, loop options (``epochs``, ``batch_size``, ``lr``,
+            ``lr_schedule``, ``optimizer``, ``clip_norm``, ``kl_warmup_epochs``,
+            ``kl_anneal_epochs``) and the minibatch generator.
+        history: dict of lists; per epoch it gains ``epoch``, ``loss``,
+            ``expected_log_likelihood``, ``kl``, ``kl_weight`` and ``lr``.
+        result: ``result() -> Posterior`` from the current parameters, attached to a
+            :class:`NonFiniteLossError` (no non-finite update is ever applied).
+        desc, progress: tqdm label and switch.
+        on_epoch: ``on_epoch(epoch) -> dict`` after each epoch; its items join the progress
+            bar's postfix (e.g. per-layer sparsity).
+        fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).
+    """
+    steps_per_epoch = math.ceil(num_data / (config.batch_size or num_data))
+    total_steps = config.epochs * steps_per_epoch
+    optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
+    scheduler = _scheduler(optimizer, config, total_steps)
+    clip = config.clip_norm if config.optimizer == "clipped-adam" else math.inf
+    step = 0
+    bar = tqdm(range(config.epochs), desc=desc, disable=not progress)
+    for epoch in bar:
+        sums = [0.0, 0.0, 0.0]
+        beta = 1.0
+        for index in minibatches(num_data, config.batch_size, generator):
+            beta = kl_weight(epoch + (step % steps_per_epoch) / steps_per_epoch, config.kl_warmup_epochs, config.kl_anneal_epochs)
+            loss, loglik, kl = objective(index, beta)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(step, "the loss", result())
+            optimizer.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            if not torch.isfinite(norm):
+                raise NonFiniteLossError(step, "the gradient", result())
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            sums[0] += float(loss.detach())
+            sums[1] += float(loglik)
+            sums[2] += float(kl)
+        n_batches = steps_per_epoch
+        history["epoch"].append(epoch)
+        history["loss"].append(sums[0] / n_batches)
+        history["expected_log_likelihood"].append(sums[1] / n_batches)
+        history["kl"].append(sums[2] / n_batches)
+        history["kl_weight"].append(beta)
+        history["lr"].append(optimizer.param_groups[0]["lr"])
+        postfix = {"elbo": f"{-(sums[1] - sums[2]) / n_batches:.4g}", "kl_w": f"{beta:.2f}"}
+        if on_epoch is not None:
+            postfix.update(on_epoch(epoch))
+        bar.set_postfix(**postfix)
+
+
 class SVIBackend(Backend):
     name = "svi"
     Config = SVIConfig
@@ -151,8 +227,6 @@ class SVIBackend(Backend):
         guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
         guide = build_guide(config.guide, bnn, init_values=init_values, **guide_kwargs)
         params = list(guide.parameters()) + bnn.deterministic_parameters()
-        steps_per_epoch = math.ceil(num_data / (config.batch_size or num_data))
-        total_steps = config.epochs * steps_per_epoch
         history = {"epoch": [], "loss": [], "expected_log_likelihood": [], "kl": [], "kl_weight": [], "lr": []}
         info = {
             "backend": self.name,
@@ -169,44 +243,21 @@ class SVIBackend(Backend):
 
         if not params:  # nothing to optimise (frozen network, no latents)
             return result(time.perf_counter() - started)
-        optimizer = torch.optim.Adam(params, lr=config.lr)
-        scheduler = _scheduler(optimizer, config, total_steps)
-        clip = config.clip_norm if config.optimizer == "clipped-adam" else math.inf
-        step = 0
-        bar = tqdm(range(config.epochs), desc=f"svi ({bnn.num_random} random)", disable=not progress)
-        for epoch in bar:
-            sums = [0.0, 0.0, 0.0]
-            beta = 1.0
-            for index in minibatches(num_data, config.batch_size, generator):
-                beta = kl_weight(epoch + (step % steps_per_epoch) / steps_per_epoch, config.kl_warmup_epochs, config.kl_anneal_epochs)
-                loss, loglik, kl = 0.0, 0.0, 0.0
-                for _ in range(config.num_particles):
-                    with pyro.validation_enabled(False):  # checked once below, not per distribution
-                        terms = elbo_terms(bnn.model, guide, x[index], y[index], num_data)
-                    loss = loss + terms.loss(beta) / config.num_particles
-                    loglik = loglik + terms.expected_log_likelihood.detach() / config.num_particles
-                    kl = kl + terms.kl.detach() / config.num_particles
-                if not torch.isfinite(loss):
-                    raise NonFiniteLossError(step, "the loss", result(time.perf_counter() - started))
-                optimizer.zero_grad()
-                loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_(params, clip)
-                if not torch.isfinite(norm):
-                    raise NonFiniteLossError(step, "the gradient", result(time.perf_counter() - started))
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                sums[0] += float(loss.detach())
-                sums[1] += float(loglik)
-                sums[2] += float(kl)
-            n_batches = steps_per_epoch
-            history["epoch"].append(epoch)
-            history["loss"].append(sums[0] / n_batches)
-            history["expected_log_likelihood"].append(sums[1] / n_batches)
-            history["kl"].append(sums[2] / n_batches)
-            history["kl_weight"].append(beta)
-            history["lr"].append(optimizer.param_groups[0]["lr"])
-            bar.set_postfix(elbo=f"{-(sums[1] - sums[2]) / n_batches:.4g}", kl_w=f"{beta:.2f}")
+
+        def objective(index, beta):
+            loss, loglik, kl = 0.0, 0.0, 0.0
+            for _ in range(config.num_particles):
+                with pyro.validation_enabled(False):  # checked once below, not per distribution
+                    terms = elbo_terms(bnn.model, guide, x[index], y[index], num_data)
+                loss = loss + terms.loss(beta) / config.num_particles
+                loglik = loglik + terms.expected_log_likelihood.detach() / config.num_particles
+                kl = kl + terms.kl.detach() / config.num_particles
+            return loss, loglik, kl
+
+        run_training_loop(
+            objective, params, num_data, config, generator, history,
+            lambda: result(time.perf_counter() - started), desc=f"svi ({bnn.num_random} random)", progress=progress,
+        )
         return result(time.perf_counter() - started)
 
 

@@ -1,0 +1,294 @@
+"""The mean-field Gaussian families of seed 002 (ch. 3): their parameterisations, KLs and pruning rules.
+
+All three families are fully factorised Gaussians q(w_i) = N(μ_i, σ_i²) over every entry of a
+:class:`~zoo.bnn.BayesianNetwork`'s random weight sites; they differ in how σ is parameterised,
+which prior they use and hence which KL term enters the ELBO (seed 002 Algorithm 1, step 7):
+
+* :class:`GaussianFamily` — variational dense, "adaptive weight noise" (Graves 2011):
+  parameter ``s = log σ``; Gaussian prior N(m, s_p²) (the model's Normal prior, or a
+  configured mean/sd); analytic KL (Graves 2011 eq. 13, seed 002 eq. 3.4)
+
+      KL_i = log(s_p / σ_i) + (σ_i² + (μ_i − m)²) / (2 s_p²) − 1/2.
+
+  Pruning rule (Graves 2011 eq. 19, seed 002 eq. 3.17–3.18): prune w_i when |μ_i|/σ_i < λ = 0.83.
+* :class:`SparseVDFamily` — sparse variational dropout (Molchanov et al. 2017): additive
+  reparameterisation w = θ + σ ε with parameter ``s = log σ`` and α = σ²/θ² (Molchanov eq. 11,
+  seed 002 eq. 3.7/3.20), log α clipped to [−8, 8]; log-uniform prior with the approximation
+  (Molchanov eq. 14, seed 002 eq. 3.15)
+
+      KL_i ≈ k₁ − k₁ sigmoid(k₂ + k₃ log α_i) + ½ log(1 + 1/α_i),
+      k₁ = 0.63576, k₂ = 1.87320, k₃ = 1.48695.
+
+  Pruning rule (seed 002 eq. 3.19): prune w_i when log α_i > 3.
+* :class:`KingmaVDFamily` — variational dropout (Kingma et al. 2015): multiplicative noise
+  w = θ (1 + √α ε), i.e. σ = |θ| √α, with parameter ``s = log α`` clipped to [−8, 0] (Kingma
+  et al. restrict α ≤ 1, where their polynomial fit holds); log-uniform prior with the
+  approximation (Kingma et al. 2015 eq. 10, seed 002 eq. 3.16)
+
+      −KL_i ≈ const + ½ log α_i + c₁ α_i + c₂ α_i² + c₃ α_i³,
+      c₁ = 1.16145124, c₂ = −1.50204118, c₃ = 0.58629921.
+
+  The constant is :data:`KINGMA_KL_CONST`, fitted (least squares over log α ∈ [−8, 0]) to the
+  exact KL in Molchanov's normalisation (the exact KL tends to 0 as α → ∞), so both
+  variational-dropout KLs are on one scale.  Because α ≤ 1, the sparse-VD
+  rule log α > 3 can never fire; Kingma weights are pruned when α reached its cap
+  (log α ≥ 0, a binary dropout rate of 1/2) unless another threshold in [−8, 0] is given.
+
+Each family provides the KL both as a plain autograd expression (:meth:`Family.kl`, used by
+the Pyro guide's ``site_kl`` hook) and as a value with closed-form derivatives
+(:meth:`Family.kl_and_grads`, used by the fused training path of
+:mod:`inference.variational.meanfield`); the tests check that the two agree.
+
+All tensors here are flat ``[P]`` (or any common shape); prior parameters may be Python floats
+or tensors broadcastable against them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+
+__all__ = [
+    "K1",
+    "K2",
+    "K3",
+    "C1",
+    "C2",
+    "C3",
+    "KINGMA_KL_CONST",
+    "Family",
+    "GaussianFamily",
+    "SparseVDFamily",
+    "KingmaVDFamily",
+    "FAMILIES",
+    "get_family",
+    "sparse_vd_kl",
+    "kingma_vd_kl",
+    "gaussian_kl",
+]
+
+K1, K2, K3 = 0.63576, 1.87320, 1.48695
+C1, C2, C3 = 1.16145124, -1.50204118, 0.58629921
+#: additive constant of the Kingma et al. KL (see the module docstring; checked in the tests)
+KINGMA_KL_CONST = -0.6523
+#: guards log θ² against θ = 0 in log α = log σ² − log θ² (as in Molchanov et al.'s code)
+_THETA_EPS = 1e-8
+
+Number = Union[float, torch.Tensor]
+
+
+def gaussian_kl(loc, log_sigma, prior_loc: Number = 0.0, prior_scale: Number = 1.0) -> torch.Tensor:
+    """Elementwise KL(N(μ, σ²) ‖ N(m, s_p²)) (Graves 2011 eq. 13; seed 002 eq. 3.4)."""
+    prior_scale = torch.as_tensor(prior_scale, dtype=loc.dtype)
+    var_ratio = torch.exp(2 * log_sigma) / prior_scale**2
+    return torch.log(prior_scale) - log_sigma + 0.5 * (var_ratio + (loc - prior_loc) ** 2 / prior_scale**2) - 0.5
+
+
+def sparse_vd_kl(log_alpha: torch.Tensor) -> torch.Tensor:
+    """Elementwise Molchanov et al. (2017, eq. 14) KL approximation; ``log_alpha`` is clipped to [−8, 8]."""
+    log_alpha = log_alpha.clamp(-8.0, 8.0)
+    return K1 - K1 * torch.sigmoid(K2 + K3 * log_alpha) + 0.5 * torch.nn.functional.softplus(-log_alpha)
+
+
+def kingma_vd_kl(log_alpha: torch.Tensor) -> torch.Tensor:
+    """Elementwise Kingma et al. (2015, eq. 10) KL approximation; ``log_alpha`` is clipped to [−8, 0]."""
+    log_alpha = log_alpha.clamp(-8.0, 0.0)
+    alpha = torch.exp(log_alpha)
+    return -(KINGMA_KL_CONST + 0.5 * log_alpha + C1 * alpha + C2 * alpha**2 + C3 * alpha**3)
+
+
+class Family:
+    """A mean-field Gaussian family q(w) = N(μ, σ(μ, s)²) with its prior's KL and pruning rule.
+
+    Attributes:
+        name: registry name.
+        param_name: meaning of the second parameter ``s`` (``"log_sigma"`` or ``"log_alpha"``).
+        rule: human-readable pruning rule.
+        default_threshold: the rule's threshold (λ or log α).
+        threshold_range: closed range of valid thresholds.
+        uses_model_prior: whether the KL is against the model's Normal prior (else the family's own).
+    """
+
+    name = ""
+    param_name = "log_sigma"
+    rule = ""
+    default_threshold = 0.0
+    threshold_range = (-math.inf, math.inf)
+    uses_model_prior = False
+
+    # -- parameterisation -------------------------------------------------------------------
+    def init_param(self, loc: torch.Tensor, init_scale: float) -> torch.Tensor:
+        """Initial ``s`` giving posterior sd ``init_scale`` for every weight."""
+        return torch.full_like(loc, math.log(init_scale))
+
+    def sigma(self, loc: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """Posterior sd σ (autograd-differentiable)."""
+        return torch.exp(s)
+
+    def sigma_grads(self, loc, s, sigma) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+        """(∂σ/∂μ or ``None`` when σ does not depend on μ, ∂σ/∂s)."""
+        return None, sigma
+
+    # -- KL ------------------------------------------------------------------------------------
+    def kl(self, loc, s, prior_loc: Number = 0.0, prior_scale: Number = 1.0) -> torch.Tensor:
+        """Elementwise KL(q ‖ prior) as an autograd expression."""
+        raise NotImplementedError
+
+    def kl_and_grads(self, loc, s, sigma, prior_loc: Number = 0.0, prior_scale: Number = 1.0):
+        """``(Σ KL, ∂ΣKL/∂μ or None, ∂ΣKL/∂s)`` without autograd (inputs are detached)."""
+        raise NotImplementedError
+
+    # -- pruning -------------------------------------------------------------------------------
+    def check_threshold(self, threshold: Optional[float]) -> float:
+        """The threshold to use (default when ``None``); a clear error when out of range."""
+        if threshold is None:
+            return self.default_threshold
+        threshold = float(threshold)
+        lo, hi = self.threshold_range
+        if not (math.isfinite(threshold) and lo <= threshold <= hi):
+            raise ValueError(
+                f"pruning threshold {threshold} is out of range for the {self.name!r} family "
+                f"(rule: {self.rule}); choose a value in [{lo}, {hi}] (default {self.default_threshold})"
+            )
+        return threshold
+
+    def prune_mask(self, loc, s, threshold: Optional[float] = None) -> torch.Tensor:
+        """Boolean mask, ``True`` where the principled rule prunes the weight."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class GaussianFamily(Family):
+    """Variational dense / adaptive weight noise (Graves 2011): see the module docstring."""
+
+    name = "graves"
+    rule = "|mu|/sigma < lambda (Graves 2011 eq. 19)"
+    default_threshold = 0.83
+    threshold_range = (1e-6, 1e6)
+    uses_model_prior = True
+
+    def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
+        return gaussian_kl(loc, s, prior_loc, prior_scale)
+
+    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0):
+        if isinstance(prior_loc, float) and isinstance(prior_scale, float):
+            # dot products avoid materialising the elementwise terms (the common case)
+            prec = 1.0 / prior_scale**2
+            centred = loc if prior_loc == 0.0 else loc - prior_loc
+            kl = (
+                loc.numel() * (math.log(prior_scale) - 0.5)
+                - s.sum()
+                + 0.5 * prec * (torch.dot(sigma.reshape(-1), sigma.reshape(-1)) + torch.dot(centred.reshape(-1), centred.reshape(-1)))
+            )
+            return kl, centred * prec, sigma * sigma * prec - 1.0
+        prec = 1.0 / torch.as_tensor(prior_scale, dtype=loc.dtype) ** 2
+        centred = loc - prior_loc
+        var_ratio = sigma * sigma * prec
+        kl = (-0.5 * torch.log(prec) - s + 0.5 * (var_ratio + centred**2 * prec) - 0.5).sum()
+        return kl, centred * prec, var_ratio - 1.0
+
+    def statistic(self, loc, s):
+        """Signal-to-noise ratio |μ|/σ."""
+        return loc.abs() / self.sigma(loc, s)
+
+    def prune_mask(self, loc, s, threshold=None):
+        return self.statistic(loc, s) < self.check_threshold(threshold)
+
+
+class _LogUniformFamily(Family):
+    """Shared pruning by log α for the two variational-dropout families."""
+
+    def log_alpha(self, loc, s) -> torch.Tensor:
+        raise NotImplementedError
+
+    statistic = log_alpha
+
+    def prune_mask(self, loc, s, threshold=None):
+        return self.log_alpha(loc, s) > self.check_threshold(threshold)
+
+
+class SparseVDFamily(_LogUniformFamily):
+    """Sparse variational dropout (Molchanov et al. 2017), additive reparameterisation."""
+
+    name = "sparse-vd"
+    rule = "log alpha > t (Molchanov et al. 2017; seed 002 eq. 3.19)"
+    default_threshold = 3.0
+    threshold_range = (-8.0, 8.0)
+
+    def init_param(self, loc, init_scale):
+        """``log σ`` with σ = max(init_scale, |θ| e^{−3.5}): every log α starts at ≥ −7 (up to the θ guard),
+        inside the clip range where the KL has a gradient (a weight below −8 would stay there)."""
+        return torch.maximum(torch.full_like(loc, math.log(init_scale)), torch.log(loc.abs() + 1e-30) - 3.5)
+
+    def log_alpha(self, loc, s):
+        """log α = log σ² − log θ², clipped to [−8, 8]."""
+        return (2 * s - torch.log(loc * loc + _THETA_EPS)).clamp(-8.0, 8.0)
+
+    def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
+        return sparse_vd_kl(2 * s - torch.log(loc * loc + _THETA_EPS))
+
+    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0):
+        theta_sq = loc * loc + _THETA_EPS
+        raw = 2 * s - torch.log(theta_sq)
+        log_alpha = raw.clamp(-8.0, 8.0)
+        gate = torch.sigmoid(K2 + K3 * log_alpha)
+        kl = (K1 - K1 * gate + 0.5 * torch.nn.functional.softplus(-log_alpha)).sum()
+        # d KL / d log α, zero where the clip is active
+        d_la = -K1 * K3 * gate * (1 - gate) - 0.5 * torch.sigmoid(-log_alpha)
+        d_la = d_la * ((raw > -8.0) & (raw < 8.0))
+        return kl, d_la * (-2 * loc / theta_sq), 2 * d_la
+
+
+class KingmaVDFamily(_LogUniformFamily):
+    """Variational dropout (Kingma et al. 2015), multiplicative noise with α ≤ 1."""
+
+    name = "kingma-vd"
+    param_name = "log_alpha"
+    rule = "log alpha >= t, alpha capped at 1 (Kingma et al. 2015)"
+    default_threshold = 0.0
+    threshold_range = (-8.0, 0.0)
+
+    def init_param(self, loc, init_scale):
+        """``log α`` giving sd ``init_scale`` at the typical |θ| (clipped to [−8, 0])."""
+        typical = loc.abs().mean().clamp_min(1e-6)
+        return torch.full_like(loc, float(2 * math.log(init_scale / float(typical)))).clamp(-8.0, 0.0)
+
+    def log_alpha(self, loc, s):
+        """log α, clipped to [−8, 0]."""
+        return s.clamp(-8.0, 0.0)
+
+    def prune_mask(self, loc, s, threshold=None):
+        return self.log_alpha(loc, s) >= self.check_threshold(threshold)
+
+    def sigma(self, loc, s):
+        return loc.abs() * torch.exp(0.5 * s.clamp(-8.0, 0.0))
+
+    def sigma_grads(self, loc, s, sigma):
+        root_alpha = torch.exp(0.5 * s.clamp(-8.0, 0.0))
+        inside = (s > -8.0) & (s < 0.0)
+        return torch.sign(loc) * root_alpha, 0.5 * sigma * inside
+
+    def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
+        return kingma_vd_kl(s)
+
+    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0):
+        log_alpha = s.clamp(-8.0, 0.0)
+        alpha = torch.exp(log_alpha)
+        poly = C1 * alpha + C2 * alpha**2 + C3 * alpha**3
+        kl = -(KINGMA_KL_CONST * s.numel() + 0.5 * log_alpha.sum() + poly.sum())
+        d_s = -(0.5 + C1 * alpha + 2 * C2 * alpha**2 + 3 * C3 * alpha**3) * ((s > -8.0) & (s < 0.0))
+        return kl, None, d_s
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (GaussianFamily(), SparseVDFamily(), KingmaVDFamily())}
+
+
+def get_family(name: str) -> Family:
+    """The family registered as ``name`` (``graves``, ``sparse-vd``, ``kingma-vd``)."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown variational family {name!r}; valid families: {', '.join(FAMILIES)}") from None
