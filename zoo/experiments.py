@@ -55,11 +55,12 @@ def is_finished(root, key: str) -> bool:
 
 def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optional[int] = 1) -> dict:
     """Execute ``run`` into ``root/run.key``: data, fit, evaluation, extra metrics; returns the metrics."""
+    from unittest import mock
+
     import torch
 
-    from inference import load_posterior
+    import inference.runs
     from inference.posterior import to_jsonable
-    from inference.runs import execute
     from zoo.datasets import load_dataset
 
     if threads:
@@ -70,11 +71,19 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
     out = Path(root) / run.key
-    metrics = execute(spec, out, progress=False, data=data)
-    if run.extras:
-        posterior = load_posterior(out / "posterior")
-        for name in run.extras:
-            metrics.update(EXTRAS[name](posterior, data, spec.seed))
+    kept = {}
+    evaluate = inference.runs.evaluate
+
+    def evaluate_and_keep(prediction, y):  # the extras reuse execute's test-set prediction
+        kept["prediction"] = prediction
+        return evaluate(prediction, y)
+
+    with mock.patch.object(inference.runs, "evaluate", evaluate_and_keep):
+        metrics = inference.runs.execute(spec, out, progress=False, data=data)
+    for name in run.extras:
+        metrics.update(EXTRAS[name](kept["prediction"], data))
+    if prerequisite is not None:  # e.g. the deterministic body a frozen-body head was fitted on
+        metrics["pretrain_seconds"] = json.loads(_metrics_path(root, prerequisite.key).read_text())["fit_seconds"]
     metrics[_DONE_KEY] = time.perf_counter() - started
     temporary = out / "metrics.json.tmp"
     temporary.write_text(json.dumps(to_jsonable(metrics), indent=2))

@@ -1,0 +1,160 @@
+"""The experiment runner: caching, dependencies, failures, tables, the CLI and the Ray executor."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from inference.runs import RunSpec
+from zoo import experiment_grids as grids
+from zoo.architectures import build_architecture
+from zoo.cli import main
+from zoo.datasets import Dataset, load_euler
+from zoo.experiment_grids import EXPERIMENTS, Experiment, Run, euler_increments, frozen_features, wrap_degrees
+from zoo.experiments import is_finished, run_experiment, summarise
+
+
+def _mtimes(out):
+    return {p.parent.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*/metrics.json")}
+
+
+def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path):
+    out = tmp_path / "smoke"
+    first = run_experiment("smoke", out, workers=0, progress=False)
+    assert first["skipped"] == 0 and not first["failures"]
+    results = pd.read_csv(out / "results.csv")
+    assert len(results) == 6 and {"key", "variant", "seed", "rmse", "test_ll", "coverage_90", "run_seconds"} <= set(
+        results.columns)
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["variant"]) == ["det", "full", "frozen head"] and list(summary["n"]) == [2, 2, 2]
+    table = (out / "summary.md").read_text()
+    assert "| variant | n | rmse | test_ll | coverage_90 |" in table and " ± " in table
+    before = _mtimes(out)
+    second = run_experiment("smoke", out, workers=0, progress=False)
+    assert second["skipped"] == 6 and _mtimes(out) == before  # nothing re-run
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
+    # an unfinished run (metrics.json without the completion marker) is re-run, and only it
+    path = out / "runs" / "full-1" / "metrics.json"
+    path.write_text(json.dumps({"rmse": 1.0}))
+    assert not is_finished(out / "runs", "full-1")
+    third = run_experiment("smoke", out, workers=0, progress=False)
+    assert third["skipped"] == 5 and is_finished(out / "runs", "full-1")
+
+
+def test_frozen_head_equals_the_networks_heads():
+    torch.manual_seed(0)
+    net = build_architecture("multilstm", 3, 3, hidden=5)
+    x = torch.randn(12, 4, 3)
+    data = Dataset("seq", "regression", x[:8], torch.randn(8, 3), x[8:], torch.randn(4, 3),
+                   torch.zeros(1, 1, 3), torch.ones(1, 1, 3), torch.zeros(3), torch.ones(3))
+    features = frozen_features(data, net)
+    assert features.x_train.shape == (8, 15) and torch.equal(features.y_train, data.y_train)
+    weight = torch.cat([getattr(net, f"head_{n}").weight for n in net.names])
+    bias = torch.cat([getattr(net, f"head_{n}").bias for n in net.names])
+    with torch.no_grad():
+        assert torch.allclose(features.x_test @ weight.T + bias, net(x[8:]), atol=1e-6)
+
+
+def _write_euler(folder, n_pixels=40):
+    """Generated seed-000 files: Phi1 drifts +0.5°/step and crosses 360° for the first pixel."""
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    base = rng.uniform([0, 0, 0], [350, 180, 90], size=(n_pixels, 3))
+    base[0, 0] = 352.0  # 352 + 0.5 * 20 = 362 -> written as 2
+    for step in [k for k in range(1, 21) if k != 6]:
+        angles = base + step * 0.5 + rng.normal(scale=0.01, size=base.shape)
+        pd.DataFrame({"Phase": 1, "Phi1": angles[:, 0] % 360, "Phi": angles[:, 1], "Phi2": angles[:, 2], "KAM": 0.0,
+                      "Y": np.arange(n_pixels) // 8, "X": np.arange(n_pixels) % 8}).to_csv(
+            folder / f"IPF_Final_{step}.csv", index=False)
+
+
+def test_euler_increments_remove_the_wrap(tmp_path):
+    _write_euler(tmp_path / "euler")
+    raw = load_euler(tmp_path / "euler", seed=0)
+    inc = euler_increments(raw)
+    assert inc.x_train.shape == (raw.n_train, 17, 3) and inc.y_train.shape == (raw.n_train, 3)
+    steps = inc.x_to_original(torch.cat([inc.x_train, inc.x_test]))
+    assert steps.abs().max() < 1.2  # 0.5° per step (1° over the missing step 6), never ±360°
+    assert torch.allclose(torch.cat([inc.y_train_original(), inc.y_test_original()]), torch.tensor(0.5), atol=0.06)
+    target = torch.as_tensor(inc.info["target_test"])
+    predicted = torch.as_tensor(inc.info["last_test"]) + inc.y_test_original().double()  # x_19 + Δ
+    assert wrap_degrees(predicted - target).abs().max() < 1e-3
+    assert wrap_degrees(torch.tensor([359.0, -359.0, 181.0])).tolist() == [-1.0, 1.0, -179.0]
+
+
+def test_summarise_mean_and_standard_error():
+    results = pd.DataFrame({"variant": ["a", "a", "a", "b"], "seed": [0, 1, 2, 0], "rmse": [1.0, 2.0, 3.0, 5.0]})
+    summary = summarise(results, ("variant",)).set_index("variant")
+    assert summary.loc["a", "n"] == 3 and summary.loc["a", "rmse_mean"] == 2.0
+    assert summary.loc["a", "rmse_se"] == pytest.approx(1.0 / np.sqrt(3))
+    assert np.isnan(summary.loc["b", "rmse_se"])  # one run: no error bar, not a fake zero
+
+
+def test_failed_run_is_reported_and_its_dependants_skipped(tmp_path, monkeypatch, capsys):
+    common = dict(data="toy1d", model="mlp", hidden=[4], epochs=1, num_samples=5)
+    ok = Run("ok", RunSpec(**common), {"variant": "ok"})
+    bad = Run("bad", RunSpec(**common, backend_options={"no_such_option": 1}), {"variant": "bad"})
+    child = Run("child", RunSpec(**common), {"variant": "child"}, dataset="frozen-features", after="bad")
+    broken = Experiment("broken", "a grid with a failing run", lambda fast, root: [ok, bad, child], ("variant",),
+                        ("rmse",))
+    monkeypatch.setitem(EXPERIMENTS, "broken", broken)
+    report = run_experiment("broken", tmp_path, workers=0, progress=False)
+    assert set(report["failures"]) == {"bad", "child"} and "no_such_option" in report["failures"]["bad"]
+    assert "prerequisite bad failed" in (tmp_path / "failures.txt").read_text()
+    assert len(pd.read_csv(tmp_path / "results.csv")) == 1
+    assert "2 run(s) failed" in (tmp_path / "summary.md").read_text()
+    assert main(["experiment", "broken", "--out", str(tmp_path), "--workers", "0", "--quiet"]) == 1
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["experiment", "no-such-grid"], "valid experiments: euler-stochasticity"),
+    (["experiment", "smoke", "--workers", "-1"], "--workers"),
+    (["experiment", "uci-benchmark", "--data-root", "/no/such/folder"], "--data-root"),
+])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, argv, message, capsys):
+    assert main([*argv, "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err and message in err
+
+
+def test_uci_data_root_without_datasets_is_a_clear_error(tmp_path, capsys):
+    assert main(["experiment", "uci-benchmark", "--data-root", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "holds no UCI-layout dataset folder" in capsys.readouterr().err
+
+
+def test_grids_cover_the_seeds_variants():
+    euler = EXPERIMENTS["euler-stochasticity"].build(False, None)
+    variants = {r.labels["variant"] for r in euler}
+    assert {"deterministic", "last-layer SVI", "full SVI", "last-layer SGLD"} <= variants
+    assert all(r.after and r.dataset == "frozen-features" for r in euler if r.labels["variant"].startswith("last"))
+    uci = EXPERIMENTS["uci-benchmark"].build(True, None)
+    assert {r.labels["split"] for r in uci} == {0, 1, 2} and {r.spec.stochastic for r in uci} == {"all", "last"}
+    assert len({r.labels["dataset"] for r in uci}) == 5
+    structured = EXPERIMENTS["structured-stochasticity"].build(True, None)
+    assert {r.labels["variant"] for r in structured} >= {"vanilla MFVI", "heavy-map", "light-const", "random-zero"}
+    assert all(r.spec.noise == 0.1 and r.spec.hidden == [50, 50] for r in structured)
+    assert grids._uci_published({"dataset": "energy"})["MC dropout (published)"] == "1.66 / −1.99"
+
+
+def test_cli_fast_smoke_run_in_worker_processes(tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["experiment", "smoke", "--fast", "--out", str(out), "--workers", "2", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "6 runs finished (0 found done), 0 failed" in printed and "summary.md" in printed
+    inline = run_experiment("smoke", tmp_path / "inline", workers=0, progress=False)["results"]
+    pooled = pd.read_csv(out / "results.csv")
+    # the same seeds give the same numbers in worker processes and in this process
+    np.testing.assert_allclose(pooled.sort_values("key")["rmse"], inline.sort_values("key")["rmse"], rtol=1e-5)
+
+
+def test_ray_executor_on_a_local_instance(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'bnn-zoo[ray]')")
+    report = run_experiment("smoke", tmp_path / "ray", executor="ray", workers=2, progress=False)
+    assert not report["failures"] and len(report["results"]) == 6
+    inline = run_experiment("smoke", tmp_path / "inline", workers=0, progress=False)["results"]
+    np.testing.assert_allclose(report["results"].sort_values("key")["rmse"], inline.sort_values("key")["rmse"],
+                               rtol=1e-5)
+    again = run_experiment("smoke", tmp_path / "ray", executor="ray", workers=2, progress=False)
+    assert again["skipped"] == 6
