@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from inference import SamplePosterior, evaluate, save_netcdf
+from inference import BACKENDS, SamplePosterior, evaluate, save_netcdf
 from inference.diagnostics import convergence_metrics
 from inference.report import write_comparison, write_report
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
@@ -161,3 +161,13 @@ def test_comparison_refuses_different_test_sets(svi_run, tmp_path):
     page = _html(write_comparison([svi_run, other], tmp_path / "c.html"))
     assert "Not applicable: az.compare needs one shared data set" in page
     assert np.isfinite(json.loads((other / "metrics.json").read_text())["rmse"])
+
+
+@pytest.mark.skipif("sparse-vd" not in BACKENDS, reason="sparse variational dropout backend not registered")
+def test_pruned_variational_run_reports_log_alpha_and_sparsity(tmp_path):
+    out = tmp_path / "svd"
+    _fit(out, "--data", "toy1d", "--model", "mlp", "--stochastic", "all", "--backend", "sparse-vd",
+         "--prune", "principled")
+    page = _html(write_report(out))
+    assert "Pruning rule: log alpha > t" in page and "Pruned: principled" in page
+    assert "log alpha histograms" in page and _images_decode(page) >= 6
