@@ -35,25 +35,35 @@ def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path):
     assert second["skipped"] == 6 and _mtimes(out) == before  # nothing re-run
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
     # an unfinished run (metrics.json without the completion marker) is re-run, and only it
+    runs = {r.key: r for r in EXPERIMENTS["smoke"].build(False, None)}
     path = out / "runs" / "full-1" / "metrics.json"
     path.write_text(json.dumps({"rmse": 1.0}))
-    assert not is_finished(out / "runs", "full-1")
+    assert not is_finished(out / "runs", runs["full-1"])
     third = run_experiment("smoke", out, workers=0, progress=False)
-    assert third["skipped"] == 5 and is_finished(out / "runs", "full-1")
+    assert third["skipped"] == 5 and is_finished(out / "runs", runs["full-1"])
+    # a run whose spec changed is not taken from the cache
+    changed = Run("det-0", RunSpec(**{**runs["det-0"].spec.to_dict(), "epochs": 4}), {})
+    assert is_finished(out / "runs", runs["det-0"]) and not is_finished(out / "runs", changed)
 
 
-def test_frozen_head_equals_the_networks_heads():
+def test_frozen_features_span_the_networks_heads():
     torch.manual_seed(0)
     net = build_architecture("multilstm", 3, 3, hidden=5)
-    x = torch.randn(12, 4, 3)
-    data = Dataset("seq", "regression", x[:8], torch.randn(8, 3), x[8:], torch.randn(4, 3),
+    x = torch.randn(40, 4, 3)
+    data = Dataset("seq", "regression", x[:30], torch.randn(30, 3), x[30:], torch.randn(10, 3),
                    torch.zeros(1, 1, 3), torch.ones(1, 1, 3), torch.zeros(3), torch.ones(3))
     features = frozen_features(data, net)
-    assert features.x_train.shape == (8, 15) and torch.equal(features.y_train, data.y_train)
-    weight = torch.cat([getattr(net, f"head_{n}").weight for n in net.names])
-    bias = torch.cat([getattr(net, f"head_{n}").bias for n in net.names])
+    kept = features.info["whitened"]["kept"]
+    assert features.x_train.shape == (30, kept) and features.info["whitened"]["of"] == 15
+    assert torch.equal(features.y_train, data.y_train)
+    z = features.x_train.double()
+    assert torch.allclose(z.T @ z / 30, torch.eye(kept, dtype=torch.double), atol=1e-4)  # whitened
+    # a linear head on the features reproduces the three heads exactly, on training and test inputs
+    design = torch.cat([z, torch.ones(30, 1, dtype=torch.double)], 1)
     with torch.no_grad():
-        assert torch.allclose(features.x_test @ weight.T + bias, net(x[8:]), atol=1e-6)
+        coef = torch.linalg.lstsq(design, net(x[:30]).double()).solution
+        test_design = torch.cat([features.x_test.double(), torch.ones(10, 1, dtype=torch.double)], 1)
+        assert torch.allclose(test_design @ coef, net(x[30:]).double(), atol=1e-4)
 
 
 def _write_euler(folder, n_pixels=40):
@@ -158,3 +168,22 @@ def test_ray_executor_on_a_local_instance(tmp_path):
                                rtol=1e-5)
     again = run_experiment("smoke", tmp_path / "ray", executor="ray", workers=2, progress=False)
     assert again["skipped"] == 6
+
+
+def test_uci_grid_runs_on_any_folder_of_uci_layout_datasets(tmp_path):
+    rng = np.random.default_rng(0)
+    for name in ("alpha", "beta"):
+        folder = tmp_path / name
+        folder.mkdir()
+        np.savetxt(folder / "data.txt", rng.normal(size=(30, 4)))
+        np.savetxt(folder / "index_features.txt", [0, 1, 2], fmt="%d")
+        np.savetxt(folder / "index_target.txt", [3], fmt="%d")
+        for k in range(4):
+            order = rng.permutation(30)
+            np.savetxt(folder / f"index_train_{k}.txt", order[:24], fmt="%d")
+            np.savetxt(folder / f"index_test_{k}.txt", order[24:], fmt="%d")
+    (tmp_path / "notes").mkdir()  # not a dataset: ignored
+    runs = EXPERIMENTS["uci-benchmark"].build(True, str(tmp_path))
+    assert {r.labels["dataset"] for r in runs} == {"alpha", "beta"} and {r.labels["split"] for r in runs} == {0, 1, 2}
+    assert all(r.spec.data == f"uci:{tmp_path / r.labels['dataset']}" for r in runs)
+    assert len(EXPERIMENTS["uci-benchmark"].build(False, str(tmp_path))) == len(runs) // 3 * 4  # all 4 splits

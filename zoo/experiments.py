@@ -3,7 +3,8 @@
 Runs a named grid of :mod:`zoo.experiment_grids` (dataset × architecture × stochastic subset ×
 backend × splits / seeds).  Every run goes through :func:`inference.runs.execute` into
 ``DIR/runs/<key>/`` (``metrics.json``, ``posterior.nc``, ``posterior/``, ``config.json``); a run
-whose ``metrics.json`` is complete is skipped, so an interrupted sweep resumes where it stopped.
+whose ``metrics.json`` is complete and whose ``config.json`` holds the same spec is skipped, so an
+interrupted sweep resumes where it stopped (and a changed grid re-runs what changed).
 Runs execute in local worker processes (``--workers N``, default 2, one torch thread each;
 ``--workers 0`` runs them in this process) or, with ``--executor ray``, as Ray tasks on an
 existing cluster (``--ray-address``) or a local Ray instance; the run directories must then be
@@ -42,15 +43,18 @@ def _metrics_path(root: Path, key: str) -> Path:
     return Path(root) / key / "metrics.json"
 
 
-def is_finished(root, key: str) -> bool:
-    """Whether ``root/key/metrics.json`` holds a completed run."""
-    path = _metrics_path(root, key)
-    if not path.is_file():
-        return False
+def is_finished(root, run: Run) -> bool:
+    """Whether ``root/run.key`` holds a completed run of the same spec (else it is run again)."""
+    from inference.posterior import to_jsonable
+
+    directory = Path(root) / run.key
     try:
-        return _DONE_KEY in json.loads(path.read_text())
-    except json.JSONDecodeError:
+        metrics = json.loads((directory / "metrics.json").read_text())
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
         return False
+    same_spec = config.get("spec") == json.loads(json.dumps(to_jsonable(run.spec.to_dict())))
+    return _DONE_KEY in metrics and same_spec
 
 
 def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optional[int] = 1) -> dict:
@@ -213,7 +217,7 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     by_key = {r.key: r for r in runs}
     if len(by_key) != len(runs):
         raise ValueError(f"experiment {name!r} has duplicate run keys")
-    finished = {r.key for r in runs if is_finished(root, r.key)}
+    finished = {r.key for r in runs if is_finished(root, r)}
     todo = [r for r in runs if r.key not in finished]
     bar = tqdm(total=len(runs), initial=len(finished), desc=name, unit="run", disable=not progress)
     with bar:
@@ -244,7 +248,7 @@ def collect(runs, root):
 
     rows = []
     for run in runs:
-        if not is_finished(root, run.key):
+        if not is_finished(root, run):
             continue
         metrics = json.loads(_metrics_path(root, run.key).read_text())
         scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) or v is None}
@@ -356,13 +360,17 @@ def _figure_uci(summary, plt):
 
 
 def _figure_structured(summary, plt):
-    fig, ax = plt.subplots(figsize=(8, 4))
-    _bars(ax, summary, "variant", None, "rmse_std", "test RMSE (standardised)")
-    vanilla = summary.loc[summary["variant"] == "vanilla MFVI", "rmse_std_mean"]
-    if len(vanilla):
-        ax.axhline(float(vanilla.iloc[0]), color="k", lw=0.8, label="vanilla MFVI")
-        ax.axhline(0.7 * float(vanilla.iloc[0]), color="r", ls="--", lw=0.8, label="goal: 30% below vanilla")
-        ax.legend(fontsize=7)
+    inits = list(dict.fromkeys(summary["init_sd"]))
+    fig, axes = plt.subplots(1, len(inits), figsize=(7 * len(inits), 4), squeeze=False)
+    for ax, init in zip(axes[0], inits):
+        part = summary[summary["init_sd"] == init]
+        _bars(ax, part, "variant", None, "rmse_std", "test RMSE (standardised)")
+        ax.set_title(f"guide initial sd {init:g}", fontsize=9)
+        vanilla = part.loc[part["variant"] == "vanilla MFVI", "rmse_std_mean"]
+        if len(vanilla):
+            ax.axhline(float(vanilla.iloc[0]), color="k", lw=0.8, label="vanilla MFVI")
+            ax.axhline(0.7 * float(vanilla.iloc[0]), color="r", ls="--", lw=0.8, label="goal: 30% below vanilla")
+            ax.legend(fontsize=7)
     return fig
 
 
