@@ -17,7 +17,7 @@ import torch
 
 from inference import BACKENDS, SamplePosterior, evaluate, save_netcdf
 from inference.diagnostics import convergence_metrics
-from inference.report import write_comparison, write_report
+from inference.report import render_section, write_comparison, write_report
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 from zoo.cli import main
 from zoo.datasets import load_dataset
@@ -171,3 +171,11 @@ def test_pruned_variational_run_reports_log_alpha_and_sparsity(tmp_path):
     page = _html(write_report(out))
     assert "Pruning rule: log alpha > t" in page and "Pruned: principled" in page
     assert "log alpha histograms" in page and _images_decode(page) >= 6
+
+
+def test_render_section_by_title(mcmc_run):
+    section = html.unescape(render_section(mcmc_run, "sampler"))
+    assert section.startswith("<section") and "BFMI" in section and "r_hat" not in section
+    assert "Not applicable" in render_section(mcmc_run, "Variational objective")
+    with pytest.raises(ValueError, match="sections: Run, configuration"):
+        render_section(mcmc_run, "posterior art")

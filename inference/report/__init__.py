@@ -8,7 +8,8 @@ reliability and ECE), 1-D predictive bands and per-layer log α / sparsity — a
 several runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
 A section that does not apply to a run says so in one line.
 
-In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`.
+In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`, and
+:func:`render_section` for one section (e.g. inline in a notebook).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from . import compare, layers, predictive, sections
 from .html import Section, note, page
 from .rundata import NotApplicable, Run, open_run
 
-__all__ = ["RUN_SECTIONS", "render_run", "write_report", "write_comparison", "NotApplicable", "Run", "open_run"]
+__all__ = ["RUN_SECTIONS", "render_run", "render_section", "write_report", "write_comparison", "NotApplicable", "Run", "open_run"]
 
 #: (title, builder) of every per-run section, in page order
 RUN_SECTIONS: list[tuple[str, Callable[[Run], str]]] = [
@@ -55,6 +56,20 @@ def render_run(run: Run) -> str:
     """The HTML page of one run."""
     built = [_section(title, builder, run) for title, builder in RUN_SECTIONS]
     return page(f"Posterior diagnostics: {run.name}", f"{run.title()} — {run.dir}", built)
+
+
+def render_section(run, title: str) -> str:
+    """One section of a run's report as HTML, e.g. for ``IPython.display.HTML`` in a notebook.
+
+    Args:
+        run: a :class:`Run` or a run directory.
+        title: the section's title or its start, case-insensitive (``"sampler"``, ``"LOO"``).
+    """
+    run = run if isinstance(run, Run) else open_run(run)
+    matches = [(t, b) for t, b in RUN_SECTIONS if t.lower().startswith(title.lower())]
+    if not matches:
+        raise ValueError(f"no report section starts with {title!r}; sections: {', '.join(t for t, _ in RUN_SECTIONS)}")
+    return _section(*matches[0], run).render()
 
 
 def write_report(run_dir, out=None) -> Path:

@@ -70,7 +70,7 @@ def family_rule(posterior):
         return None, f"log α > {LOG_ALPHA_THRESHOLD:g} (sparse VD's rule; this guide has none)", LOG_ALPHA_THRESHOLD
     family = getattr(getattr(posterior, "guide", None), "family", None)
     threshold = float(report["threshold"])
-    if getattr(family, "param_name", "log_sigma") != "log_alpha":  # |μ|/σ < λ  ⇔  log α > −2 log λ
+    if not hasattr(family, "log_alpha"):  # an SNR rule: |μ|/σ < λ  ⇔  log α > −2 log λ
         threshold = -2.0 * math.log(threshold)
     return report["layers"], report["rule"], threshold
 
