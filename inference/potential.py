@@ -1,0 +1,226 @@
+"""A flat-vector log density over a :class:`~zoo.bnn.BayesianNetwork`'s random sites.
+
+Samplers (HMC/NUTS in :mod:`inference.backends.hmc`, SG-MCMC in
+:mod:`inference.backends.sgmcmc`) work on one unconstrained vector per chain,
+``z ∈ R^D`` stacked as ``[C, D]``.  Site ``s`` occupies a slice of ``z``; constrained
+latents (e.g. the noise precision, support ``(0, ∞)``) are mapped with
+``T_s = biject_to(prior_s.support)`` and the density gains the log-Jacobian:
+
+    log π(z) = log p(T(z)) + (N/n) Σ_{i∈batch} log p(y_i | x_i, T(z)) + Σ_s log|det ∂T_s/∂z_s|
+
+Deterministic parameters are not part of ``z``: they keep the values held by the
+network.  All ``C`` chains are evaluated in one batched forward pass
+(:meth:`BayesianNetwork.log_likelihood` is ``vmap``-ed over draws), and gradients come
+from one reverse pass, so the per-gradient overhead is paid once for all chains.  A
+factorised Normal prior on the weights (the common case) is evaluated as one
+expression over the flat weight slice instead of site by site (the same density).
+
+:func:`initial_point` finds a starting point: the network's current weights, or a
+quick MAP fit (Adam on −log π, deterministic parameters trained jointly when the model
+trains them).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import pyro
+import pyro.distributions as dist
+import torch
+from torch.distributions import biject_to
+from torch.func import grad_and_value
+from tqdm.auto import tqdm
+
+__all__ = ["Potential", "initial_point", "frozen_deterministic", "INIT_STRATEGIES"]
+
+INIT_STRATEGIES = ("map", "current")
+
+
+@dataclass
+class _Block:
+    name: str
+    shape: torch.Size
+    start: int
+    stop: int
+    transform: Optional[torch.distributions.Transform]  # None: identity (real support)
+
+
+def _normal_base(d):
+    """The elementwise Normal of a factorised Normal site prior, else ``None``."""
+    base = d.base_dist if isinstance(d, torch.distributions.Independent) else d
+    return base if type(base) in (dist.Normal, torch.distributions.Normal) else None
+
+
+class Potential:
+    """Log density ``log π(z)`` over flat unconstrained vectors ``z`` ``[C, D]``.
+
+    Args:
+        bnn: the model; must have at least one random site.
+        x, y: training data ``[N, ...]`` and targets (standardised units for regression).
+    """
+
+    def __init__(self, bnn, x: torch.Tensor, y: torch.Tensor):
+        if not bnn.site_names:
+            raise ValueError(
+                "the model has no stochastic sites to sample (stochastic='none' and no likelihood latents); "
+                "choose stochastic='all', 'last' or a pattern, or fit it with backend='svi'"
+            )
+        self.bnn, self.x, self.y = bnn, x, y
+        self.num_data = x.shape[0]
+        priors = bnn.prior_distributions()
+        self.blocks: list[_Block] = []
+        start = 0
+        for name in bnn.site_names:
+            shape = torch.Size(bnn.site_shapes[name])
+            size = int(shape.numel())
+            support = priors[name].support
+            transform = None if _is_real(support) else biject_to(support)
+            self.blocks.append(_Block(name, shape, start, start + size, transform))
+            start += size
+        self.dim = start
+        self.priors = priors
+        # fast path: one expression for the factorised Normal priors of the weight sites
+        normal = [b for b in self.blocks if b.transform is None and _normal_base(priors[b.name]) is not None]
+        contiguous = [b.name for b in normal] == [b.name for b in self.blocks[: len(normal)]]
+        self._fast = normal if (normal and contiguous) else []
+        if self._fast:
+            loc = torch.cat([_normal_base(priors[b.name]).loc.reshape(-1) for b in self._fast])
+            scale = torch.cat([_normal_base(priors[b.name]).scale.reshape(-1) for b in self._fast])
+            self._fast_stop = self._fast[-1].stop
+            self._loc, self._inv_scale = loc, 1.0 / scale
+            self._log_norm = float(-(scale.log().sum()) - 0.5 * loc.numel() * math.log(2 * math.pi))
+        self._slow = self.blocks[len(self._fast):]
+
+    # ------------------------------------------------------------------ layout
+    def unpack(self, z: torch.Tensor) -> tuple[dict, torch.Tensor]:
+        """Constrained site values ``{site: [*batch, *shape]}`` and ``log|det J|`` ``[*batch]`` of ``z`` ``[*batch, D]``."""
+        batch = z.shape[:-1]
+        values, log_det = {}, torch.zeros(batch, dtype=z.dtype)
+        for b in self.blocks:
+            u = z[..., b.start : b.stop]
+            if b.transform is not None:
+                v = b.transform(u)
+                log_det = log_det + b.transform.log_abs_det_jacobian(u, v).reshape(*batch, -1).sum(-1)
+                u = v
+            values[b.name] = u.reshape(*batch, *b.shape)
+        return values, log_det
+
+    def pack(self, values: dict) -> torch.Tensor:
+        """Inverse of :meth:`unpack`: ``{site: [*batch, *shape]}`` → ``z`` ``[*batch, D]``."""
+        parts = []
+        for b in self.blocks:
+            v = values[b.name]
+            batch = v.shape[: v.dim() - len(b.shape)]
+            if b.transform is not None:
+                v = b.transform.inv(v)
+            parts.append(v.reshape(*batch, -1))
+        return torch.cat(parts, dim=-1)
+
+    def draws(self, z: torch.Tensor) -> dict:
+        """Constrained draws ``{site: [C, S, *shape]}`` from ``z`` ``[C, S, D]``."""
+        return self.unpack(z)[0]
+
+    # ------------------------------------------------------------------ density
+    def log_density(self, z: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``[C]`` log π(z) on the full data, or on minibatch ``index`` with the N/n scaling."""
+        values, log_det = self.unpack(z)
+        x, y = (self.x, self.y) if index is None else (self.x[index], self.y[index])
+        scale = self.num_data / x.shape[0]
+        lp = log_det + scale * self.bnn.log_likelihood(values, x, y).sum(-1)
+        if self._fast:
+            w = (z[..., : self._fast_stop] - self._loc) * self._inv_scale
+            lp = lp + (self._log_norm - 0.5 * (w * w).sum(-1))
+        for b in self._slow:
+            lp = lp + self.priors[b.name].log_prob(values[b.name])
+        return lp
+
+    def value_and_grad(self, z: torch.Tensor, index: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log π(z) [C], ∇_z log π(z) [C, D])`` — one batched forward and reverse pass."""
+        with torch.enable_grad():
+            z = z.detach().requires_grad_(True)
+            lp = self.log_density(z, index)
+            (grad,) = torch.autograd.grad(lp.sum(), z)
+        return lp.detach(), grad
+
+    def functional_value_and_grad(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`value_and_grad` on the full data via ``torch.func`` (traceable by ``torch.compile``)."""
+
+        def total(z):
+            lp = self.log_density(z)
+            return lp.sum(), lp
+
+        grad, (_, lp) = grad_and_value(total, has_aux=True)(z)
+        return lp, grad
+
+    def latent_init(self) -> dict:
+        """Starting values of the likelihood latents: the prior median (of 501 seeded prior draws)."""
+        out = {}
+        for b in self.blocks:
+            if b.name in self.bnn._site_by_name:
+                continue
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                out[b.name] = self.priors[b.name].sample((501,)).median(0).values
+        return out
+
+
+def _is_real(support) -> bool:
+    base = getattr(support, "base_constraint", support)
+    return base is torch.distributions.constraints.real
+
+
+@contextlib.contextmanager
+def frozen_deterministic(bnn):
+    """Stop gradients into the deterministic parameters and turn off argument validation (hot loops)."""
+    params = bnn.deterministic_parameters()
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        with pyro.validation_enabled(False):
+            yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+def initial_point(potential: Potential, init: str, map_steps: int, map_lr: float, progress: bool = False) -> tuple[torch.Tensor, dict]:
+    """Starting point ``z`` ``[D]`` and a record of how it was found.
+
+    ``"current"``: the network's current weights and the latents' prior medians.
+    ``"map"``: from there, ``map_steps`` full-batch Adam steps on −log π(z) (the MAP in
+    unconstrained coordinates); deterministic parameters the model trains are optimised
+    jointly and then kept at their fitted values (written into the network).
+    """
+    if init not in INIT_STRATEGIES:
+        raise ValueError(f"unknown init {init!r}; valid: {', '.join(INIT_STRATEGIES)}")
+    bnn = potential.bnn
+    values = {**bnn.initial_values(), **potential.latent_init()}
+    z = potential.pack(values).detach()
+    record = {"init": init}
+    if init == "current" or map_steps <= 0:
+        with torch.no_grad(), pyro.validation_enabled(False):
+            record["init_log_density"] = float(potential.log_density(z.unsqueeze(0)))
+        return z, record
+    z = z.clone().requires_grad_(True)
+    params = [z] + bnn.deterministic_parameters()
+    optimizer = torch.optim.Adam(params, lr=map_lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=map_steps, eta_min=map_lr * 0.1)
+    best = (math.inf, z.detach().clone(), [p.detach().clone() for p in params[1:]])
+    with pyro.validation_enabled(False):
+        for _ in tqdm(range(map_steps), desc="MAP init", disable=not progress, leave=False):
+            loss = -potential.log_density(z.unsqueeze(0)).squeeze(0) / potential.num_data
+            if not torch.isfinite(loss):
+                break
+            if loss.item() < best[0]:
+                best = (loss.item(), z.detach().clone(), [p.detach().clone() for p in params[1:]])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+    with torch.no_grad():
+        for p, value in zip(params[1:], best[2]):
+            p.copy_(value)
+    record.update(map_steps=map_steps, map_lr=map_lr, init_log_density=-best[0] * potential.num_data)
+    return best[1], record

@@ -1,0 +1,187 @@
+"""HMC / NUTS backends against closed-form posteriors, plus export, persistence and errors.
+
+Tolerances: with ~1000+ effective draws the Monte Carlo error of a posterior mean is
+≲ 0.03 sd and of a posterior sd ≲ 3 %, so "mean within 0.1 sd, sd within 15 %" fails only
+for a wrong sampler.  R-hat (rank-normalised split, ArviZ) must be below 1.01.
+Eager mode (``compile=False``) keeps each test to seconds; one slow test checks the
+compiled path.
+"""
+from __future__ import annotations
+
+import arviz as az
+import pytest
+import torch
+from torch import nn
+
+from conftest import flat_linear_draws, make_conjugate_regression
+from inference import NonFiniteLossError, fit, load_posterior
+from inference.backends.hmc import adaptation_windows
+from inference.potential import Potential, initial_point
+from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
+
+FAST = {"compile": False, "init": "current"}
+
+
+def linear_bnn(data, bias=True, learn_noise=False):
+    net = data.net() if bias else nn.Linear(data.x.shape[1], 1, bias=False)
+    likelihood = GaussianLikelihood(learn_noise=True) if learn_noise else GaussianLikelihood(noise_sd=data.noise_sd)
+    return BayesianNetwork(net, "all", NormalPrior(data.prior_sd), likelihood, output_dim=1)
+
+
+def rhat_max(draws: dict) -> float:
+    idata = az.convert_to_dataset({k: v.numpy() for k, v in draws.items()})
+    return float(az.rhat(idata).to_array().max())
+
+
+def assert_matches(draws_flat, mean, cov, rhat):
+    sd = cov.diagonal().sqrt()
+    assert ((draws_flat.mean(0) - mean).abs() / sd).max() < 0.1
+    assert ((draws_flat.std(0) / sd) - 1).abs().max() < 0.15
+    assert rhat < 1.01
+
+
+@pytest.mark.parametrize("backend, options", [("nuts", {"num_samples": 600}), ("hmc", {"num_samples": 1000, "num_steps": 2})])
+def test_sampler_recovers_conjugate_posterior(conjugate_regression, backend, options):
+    data = conjugate_regression
+    post = fit(linear_bnn(data), data.x, data.y, backend=backend, seed=0, progress=False,
+               num_chains=4, warmup_steps=150, **FAST, **options)  # fmt: skip
+    draws = options["num_samples"]
+    assert post.num_chains == 4 and post.draws["weight"].shape == (4, draws, 1, 2)
+    assert_matches(flat_linear_draws(post.sample_params()), data.post_mean, data.post_cov, rhat_max(post.draws))
+    stats = post.sample_stats
+    for key in ("diverging", "energy", "step_size", "acceptance_rate", "n_steps", "lp"):
+        assert stats[key].shape == (4, draws)
+    assert ("tree_depth" in stats) == (backend == "nuts")
+    assert post.info["divergences"] == 0 and 0.6 < float(stats["acceptance_rate"].mean()) <= 1
+
+
+def correlated_regression(n=30, rho=0.95, noise_sd=0.5, seed=3):
+    """Regression through the origin on two features with correlation ρ: a correlated 2-D Gaussian posterior."""
+    g = torch.Generator().manual_seed(seed)
+    x1 = torch.randn(n, generator=g)
+    x2 = rho * x1 + (1 - rho**2) ** 0.5 * torch.randn(n, generator=g)
+    x = torch.stack([x1, x2], 1)
+    y = (x @ torch.tensor([0.5, -0.3]) + noise_sd * torch.randn(n, generator=g)).unsqueeze(-1)
+    precision = x.double().T @ x.double() / noise_sd**2 + torch.eye(2, dtype=torch.float64)
+    cov = torch.linalg.inv(precision)
+    mean = cov @ x.double().T @ y.double().squeeze(-1) / noise_sd**2
+    return x, y, noise_sd, mean.float(), cov.float()
+
+
+@pytest.mark.parametrize("dense, draws", [(False, 800), (True, 400)])
+def test_nuts_on_correlated_gaussian(dense, draws):
+    x, y, noise_sd, mean, cov = correlated_regression()
+    assert cov[0, 1] / cov.diagonal().prod().sqrt() < -0.8  # strongly correlated target
+    bnn = BayesianNetwork(nn.Linear(2, 1, bias=False), "all", NormalPrior(1.0), GaussianLikelihood(noise_sd), output_dim=1)
+    post = fit(bnn, x, y, backend="nuts", seed=1, progress=False, num_chains=4, warmup_steps=150,
+               num_samples=draws, dense_mass=dense, **FAST)  # fmt: skip
+    w = post.sample_params()["weight"].reshape(-1, 2)
+    assert_matches(w, mean, cov, rhat_max(post.draws))
+    corr = torch.corrcoef(w.T)[0, 1]
+    assert abs(corr - cov[0, 1] / cov.diagonal().prod().sqrt()) < 0.05
+
+
+def test_potential_layout_and_jacobian():
+    data = make_conjugate_regression()
+    bnn = linear_bnn(data, learn_noise=True)
+    pot = Potential(bnn, data.x, data.y)
+    assert pot.dim == 2 + 1 + 1 and [b.name for b in pot.blocks] == ["weight", "bias", "noise_precision"]
+    z = torch.randn(5, pot.dim)
+    values, log_det = pot.unpack(z)
+    assert values["noise_precision"].shape == (5, 1) and bool((values["noise_precision"] > 0).all())
+    assert torch.allclose(pot.pack(values), z, atol=1e-5)
+    expected = bnn.log_joint(values, data.x, data.y) + z[:, -1]  # log|d exp(u)/du| = u
+    assert torch.allclose(pot.log_density(z), expected, rtol=1e-5, atol=1e-3)
+    index = torch.arange(10)
+    minibatch = bnn.log_prior(values) + 4.0 * bnn.log_likelihood(values, data.x[:10], data.y[:10]).sum(-1) + z[:, -1]
+    assert torch.allclose(pot.log_density(z, index), minibatch, rtol=1e-5, atol=1e-3)
+    lp, grad = pot.value_and_grad(z)
+    lp2, grad2 = pot.functional_value_and_grad(z)
+    assert torch.allclose(lp, lp2) and torch.allclose(grad, grad2, atol=1e-4)
+
+
+def test_map_init_reaches_the_posterior_mode(conjugate_regression):
+    data = conjugate_regression
+    pot = Potential(linear_bnn(data), data.x, data.y)
+    z, record = initial_point(pot, "map", map_steps=600, map_lr=0.05)
+    assert record["init"] == "map"
+    assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05  # Gaussian: mode = mean
+
+
+def test_save_load_arviz_and_loo(tmp_path):
+    data = make_conjugate_regression()
+    post = fit(linear_bnn(data, learn_noise=True), data.x, data.y, backend="nuts", seed=2, progress=False,
+               num_chains=2, warmup_steps=60, num_samples=50, **FAST)  # fmt: skip
+    assert bool((post.draws["noise_precision"] > 0).all())
+    loaded = load_posterior(post.save(tmp_path / "nuts"))
+    assert loaded.num_chains == 2
+    for name, value in post.draws.items():
+        assert torch.equal(loaded.draws[name], value)
+    for name, value in post.sample_stats.items():
+        assert torch.equal(loaded.sample_stats[name], value)
+    assert loaded.info["backend"] == "nuts" and loaded.info["config"]["num_chains"] == 2
+    assert torch.allclose(loaded.predict(data.x, seed=0).mean, post.predict(data.x, seed=0).mean)
+    idata = loaded.to_arviz(data.x, data.y)
+    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 50
+    assert {"diverging", "energy", "tree_depth", "step_size", "acceptance_rate"} <= set(idata.sample_stats.data_vars)
+    assert idata.log_likelihood["obs"].shape == (2, 50, 40)
+    assert az.loo(idata).elpd_loo < 0
+
+
+def test_divergences_are_counted_and_warned():
+    data = make_conjugate_regression()
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        post = fit(linear_bnn(data), data.x, data.y, backend="hmc", seed=0, progress=False, num_chains=2,
+                   warmup_steps=0, num_samples=20, step_size=1.0, num_steps=5, **FAST)  # fmt: skip
+    assert post.info["divergences"] == int(post.sample_stats["diverging"].sum()) > 0
+
+
+def test_adaptation_windows_follow_stan():
+    assert adaptation_windows(10) == []
+    assert adaptation_windows(1000) == [(75, 100), (100, 150), (150, 250), (250, 450), (450, 950)]
+    assert adaptation_windows(200) == [(75, 100), (100, 150)]
+    assert adaptation_windows(100) == [(15, 90)]  # short warm-up: 15 % / 75 % / 10 %
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"step_size": 0.0}, "step_size must be a positive"),
+        ({"step_size": -1e-3}, "step_size must be a positive"),
+        ({"num_samples": 0}, "num_samples must be at least 1"),
+        ({"num_chains": 0}, "num_chains must be at least 1"),
+        ({"target_accept": 1.0}, "target_accept"),
+        ({"max_tree_depth": 0}, "max_tree_depth"),
+        ({"init": "prior"}, "unknown init"),
+        ({"num_steps": 10}, "unknown option"),
+    ],
+)
+def test_bad_options_raise(options, message):
+    data = make_conjugate_regression()
+    with pytest.raises(ValueError, match=message):
+        fit(linear_bnn(data), data.x, data.y, backend="nuts", progress=False, **options)
+
+
+@pytest.mark.parametrize("backend", ["nuts", "hmc", "sgld"])
+def test_model_without_stochastic_sites_is_rejected(backend):
+    data = make_conjugate_regression()
+    bnn = BayesianNetwork(data.net(), "none", likelihood=GaussianLikelihood(0.5), output_dim=1)
+    with pytest.raises(ValueError, match="no stochastic sites"):
+        fit(bnn, data.x, data.y, backend=backend, progress=False, num_samples=5, **({} if backend == "sgld" else FAST))
+
+
+def test_non_finite_start_is_reported():
+    data = make_conjugate_regression()
+    bnn = linear_bnn(data)
+    with torch.no_grad():
+        bnn.net.weight.fill_(float("nan"))
+    with pytest.raises((ValueError, NonFiniteLossError), match="not finite|non-finite"):
+        fit(bnn, data.x, data.y, backend="nuts", progress=False, num_samples=5, **FAST)
+
+
+@pytest.mark.slow
+def test_compiled_nuts_recovers_conjugate_posterior(conjugate_regression):
+    data = conjugate_regression
+    post = fit(linear_bnn(data), data.x, data.y, backend="nuts", seed=0, progress=False, num_chains=4,
+               warmup_steps=150, num_samples=400, init="map", compile=True)  # fmt: skip
+    assert_matches(flat_linear_draws(post.sample_params()), data.post_mean, data.post_cov, rhat_max(post.draws))
