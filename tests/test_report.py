@@ -111,6 +111,8 @@ def test_mcmc_report_has_sampler_and_rhat_sections(mcmc_run, capsys):
                    "rank plots", "4 divergent transitions"):
         assert needle in page, needle
     assert "Not applicable: backend 'nuts' records no optimisation history" in page
+    assert main(["report", str(mcmc_run), "--out", str(mcmc_run / "elsewhere" / "r.html")]) == 0
+    assert (mcmc_run / "elsewhere" / "r.html").read_text().count("<section") == 8
     assert "Not applicable: 'nuts' gives draws, not a variational posterior" in page
     assert _images_decode(page) >= 7  # trace, rank, energy, stats, Pareto k, coverage, PIT, bands
 

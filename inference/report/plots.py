@@ -82,16 +82,23 @@ def arviz_png(plot: Callable, *args, **kwargs) -> str:
 
 
 def history_png(history: Mapping[str, Sequence[float]]) -> str:
-    """Training curves per epoch: loss, ELBO = E_q[log p(y|w)] − KL, KL, and the KL weight β / learning rate."""
+    """Training curves per epoch: loss, ELBO = E_q[log p(y|w)] − KL, KL, sparsity where recorded, and the
+    KL weight β / learning rate."""
     epoch = np.asarray(history.get("epoch") or np.arange(len(history["loss"])))
     panels = [("loss", "loss (−ELBO with β·KL, per epoch)")]
     if "expected_log_likelihood" in history and "kl" in history:
         panels.append(("elbo", "ELBO = E_q[log p(y|w)] − KL"))
     if "kl" in history:
         panels.append(("kl", "KL(q ‖ p)"))
+    if history.get("layer_sparsity") or history.get("sparsity"):
+        panels.append(("sparsity", "sparsity by the family's rule"))
     schedules = [k for k in ("kl_weight", "lr", "step_size") if k in history]
     fig, axes = _figure(ncols=len(panels) + bool(schedules), width=3.6, height=2.8)
     for ax, (key, label) in zip(axes, panels):
+        if key == "sparsity":
+            _sparsity_panel(ax, epoch, history)
+            ax.set(title=label, xlabel="epoch")
+            continue
         if key == "elbo":
             values = np.asarray(history["expected_log_likelihood"]) - np.asarray(history["kl"])
         else:
@@ -109,6 +116,18 @@ def history_png(history: Mapping[str, Sequence[float]]) -> str:
         ax.set(title="schedules (scaled to max 1)", xlabel="epoch", ylim=(-0.05, 1.05))
         ax.legend(fontsize=8)
     return png(fig)
+
+
+def _sparsity_panel(ax, epoch, history) -> None:
+    """Per-layer (weight sites) and overall sparsity per epoch, where recorded."""
+    layers = history.get("layer_sparsity") or []
+    names = [n for n in (layers[-1] if layers else {}) if n.endswith("weight")] or list(layers[-1] if layers else {})
+    for name in names:
+        ax.plot(epoch[: len(layers)], [row.get(name, np.nan) for row in layers], lw=1, label=name)
+    if history.get("sparsity"):
+        ax.plot(epoch[: len(history["sparsity"])], history["sparsity"], "k", lw=1.5, label="overall")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7)
 
 
 def coverage_png(curves: Mapping[str, tuple]) -> str:

@@ -185,9 +185,11 @@ def sampler(run: Run) -> str:
                   image(plots.arviz_png(az.plot_energy, run.idata, figsize=(5, 3.2)), "energy plot")]
     else:
         parts.append(note("energy plot: not applicable — no energy statistic (not an HMC/NUTS run)."))
-    traced = {k: stats[k].values for k in ("step_size", "tree_depth", "acceptance_rate") if k in stats}
+    traced = {k: stats[k].values for k in ("step_size", "tree_depth", "acceptance_rate", "lp") if k in stats}
     if traced:
-        parts += ["<h3>Step size, tree depth, acceptance rate</h3>", image(plots.stat_traces_png(traced), "sampler stats")]
+        parts += ["<h3>Per-draw statistics</h3>",
+                  paragraph("Step size, tree depth, acceptance rate and log posterior density (lp), where recorded."),
+                  image(plots.stat_traces_png(traced), "sampler stats")]
     others = [k for k in stats.data_vars if k not in ("diverging", "energy", *traced)]
     if others:
         parts.append(paragraph("Other recorded statistics: " + ", ".join(
