@@ -30,11 +30,9 @@ class Section:
 
     title: str
     body: str
-    anchor: str = ""
 
     def render(self) -> str:
-        anchor = self.anchor or _anchor(self.title)
-        return f'<section id="{anchor}"><h2>{escape(self.title)}</h2>\n{self.body}\n</section>'
+        return f'<section id="{_anchor(self.title)}"><h2>{escape(self.title)}</h2>\n{self.body}\n</section>'
 
 
 def _anchor(title: str) -> str:
@@ -87,7 +85,7 @@ def paragraph(text: str) -> str:
 
 def page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
     """The whole HTML document with a table of contents."""
-    nav = "".join(f'<a href="#{s.anchor or _anchor(s.title)}">{escape(s.title)}</a>' for s in sections)
+    nav = "".join(f'<a href="#{_anchor(s.title)}">{escape(s.title)}</a>' for s in sections)
     body = "\n".join(s.render() for s in sections)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -27,12 +27,12 @@ class NotApplicable(Exception):
 class Run:
     """One run directory.  ``name`` labels the run in comparisons (the directory name)."""
 
-    def __init__(self, directory, seed: int | None = None):
+    def __init__(self, directory):
         self.dir = Path(directory)
         self.metrics = _read_json(self.dir / "metrics.json")
         self.config = _read_json(self.dir / "config.json") if (self.dir / "config.json").exists() else {}
         self.spec = self.config.get("spec", {})
-        self.seed = int(self.spec.get("seed", self.metrics.get("seed", 0)) if seed is None else seed)
+        self.seed = int(self.spec.get("seed", self.metrics.get("seed", 0)))
         self.name = self.dir.resolve().name
 
     # ------------------------------------------------------------------ identity
