@@ -112,19 +112,39 @@ def convergence(run: Run) -> str:
     else:
         parts.append(note("parameter summary: not available — the weights were not exported to posterior.nc "
                           "(too many random parameters)."))
-    trace_coords = {"predictive_point": pick[:2]}
-    if "class" in coords:
-        trace_coords["class"] = coords["class"][:1]
+    trace_coords = _most_variable(post["f_mean"], pick)
+    # float64: ArviZ's KDE cannot bin float32 draws whose spread is tiny relative to their size
+    traced = post[["log_joint", "f_mean"]].sel(trace_coords).astype("float64")
     parts += ["<h3>Trace plots</h3>",
-              image(plots.arviz_png(az.plot_trace, idata, var_names=["log_joint", "f_mean"], coords=trace_coords,
-                                    compact=False, figsize=(9, 5)), "trace plots"),
+              _plot(az.plot_trace, "trace plots", traced, compact=False, figsize=(9, 5)),
               "<h3>Rank plots</h3>"]
     if single:
         parts.append(note("rank plots: not applicable — they compare the rank histograms of several chains."))
     else:
-        parts.append(image(plots.arviz_png(az.plot_rank, idata, var_names=["log_joint", "f_mean"],
-                                           coords=trace_coords, figsize=(9, 2.8)), "rank plots"))
+        parts.append(_plot(az.plot_rank, "rank plots", traced, figsize=(9, 2.8)))
     return "\n".join(parts)
+
+
+def _most_variable(f_mean, points, count: int = 2) -> dict:
+    """Coords of the ``count`` predictive points (and the class) whose draws spread the most."""
+    sd = f_mean.sel(predictive_point=points).std(["chain", "draw"])
+    coords = {}
+    if "class" in sd.dims:
+        best_class = int(sd.max("predictive_point").argmax("class"))
+        coords["class"] = [sd.coords["class"].values[best_class]]
+        sd = sd.isel({"class": best_class})
+    other = [d for d in sd.dims if d != "predictive_point"]
+    spread = (sd.max(other) if other else sd).values
+    coords["predictive_point"] = sorted(points[np.argsort(-spread)[:count]])
+    return coords
+
+
+def _plot(plot, alt: str, *args, **kwargs) -> str:
+    """An ArviZ plot, or a one-line note when ArviZ cannot draw it (e.g. draws without spread)."""
+    try:
+        return image(plots.arviz_png(plot, *args, **kwargs), alt)
+    except (ValueError, np.linalg.LinAlgError) as err:
+        return note(f"{alt}: ArviZ could not draw them ({err}).", "warn")
 
 
 def _flags(frame, chains: int, metrics: dict) -> list:
