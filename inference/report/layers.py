@@ -75,6 +75,12 @@ def family_rule(posterior):
     return report["layers"], report["rule"], threshold
 
 
+def _median(values: np.ndarray) -> float:
+    """Median of the finite entries (NaN when there are none, e.g. a fully pruned site)."""
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if finite.size else float("nan")
+
+
 def _pruning_rows(record: dict) -> list:
     sizes, pruned = record.get("sizes", {}), record.get("pruned", {})
     return [(site, sizes.get(site, ""), pruned.get(site, ""), fraction) for site, fraction in record.get("layers", {}).items()]
@@ -97,8 +103,7 @@ def variational_layers(run: Run) -> str:
             snr = np.where(removed, np.nan, np.abs(loc) / scale)
             log_alpha[name] = -2.0 * np.log(snr)
         share = fractions.get(name) if fractions else float(np.mean(removed | (log_alpha[name] > threshold)))
-        median = (lambda v: float(np.nanmedian(v)) if np.isfinite(v).any() else float("nan"))  # noqa: E731
-        rows.append((name, loc.size, int(removed.sum()), median(snr), median(log_alpha[name]), share))
+        rows.append((name, loc.size, int(removed.sum()), _median(snr), _median(log_alpha[name]), share))
     parts = [paragraph(f"(μ, σ) from {source}. log α = −2 log(|μ|/σ). Pruning rule: {rule}; the last column is "
                        "the share of each site's weights the rule marks as prunable (or already pruned); pruned weights "
                        "(μ = σ = 0) are left out of the medians and histograms."),

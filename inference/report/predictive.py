@@ -182,11 +182,11 @@ def bands(run: Run) -> str:
     pred = run.posterior.predict(grid, seed=run.seed)
     (lo50, hi50), (lo90, hi90) = pred.interval(0.5), pred.interval(0.9)
     mean, sd_f = pred.mean[:, 0], pred.epistemic_sd[:, 0]
-    to_x = lambda x: data.x_to_original(x)[:, 0].numpy()  # noqa: E731
+    x_train, x_test, x_grid = (data.x_to_original(x)[:, 0].numpy() for x in (data.x_train, data.x_test, grid))
     picture = plots.bands_png(
-        (to_x(data.x_train), data.y_train_original()[:, 0].numpy()),
-        (to_x(data.x_test), data.y_test_original()[:, 0].numpy()),
-        to_x(grid), mean.numpy(),
+        (x_train, data.y_train_original()[:, 0].numpy()),
+        (x_test, data.y_test_original()[:, 0].numpy()),
+        x_grid, mean.numpy(),
         {"90 % predictive": (lo90[:, 0].numpy(), hi90[:, 0].numpy()),
          "50 % predictive": (lo50[:, 0].numpy(), hi50[:, 0].numpy())},
         epistemic=((mean - 2 * sd_f).numpy(), (mean + 2 * sd_f).numpy()),
