@@ -87,10 +87,12 @@ def test_closed_form_gradients_match_autograd(name, prior):
     zero = torch.zeros_like(loc)
     grads = [g if g is not None else zero for g in torch.autograd.grad(kl_ref, (loc_a, s_a), allow_unused=True)]
     sigma_grads = [g if g is not None else zero for g in torch.autograd.grad(sigma_ref.sum(), (loc_a, s_a), allow_unused=True)]
-    kl, d_loc, d_s = family.kl_and_grads(loc, s, family.sigma(loc, s), prior_loc, prior_scale)
+    kl, accumulate = family.kl_and_grads(loc, s, family.sigma(loc, s), prior_loc, prior_scale)
+    d_loc, d_s = torch.full_like(loc, 0.5), torch.full_like(loc, -0.25)
+    accumulate(d_loc, d_s, 2.0)
     torch.testing.assert_close(kl, kl_ref.detach())
-    torch.testing.assert_close(d_loc if d_loc is not None else zero, grads[0])
-    torch.testing.assert_close(d_s, grads[1])
+    torch.testing.assert_close(d_loc, 0.5 + 2 * grads[0])
+    torch.testing.assert_close(d_s, -0.25 + 2 * grads[1])
     ds_loc, ds_s = family.sigma_grads(loc, s, family.sigma(loc, s))
     torch.testing.assert_close(ds_loc if ds_loc is not None else zero, sigma_grads[0])
     torch.testing.assert_close(ds_s, sigma_grads[1])

@@ -35,9 +35,9 @@ which prior they use and hence which KL term enters the ELBO (seed 002 Algorithm
   (log α ≥ 0, a binary dropout rate of 1/2) unless another threshold in [−8, 0] is given.
 
 Each family provides the KL both as a plain autograd expression (:meth:`Family.kl`, used by
-the Pyro guide's ``site_kl`` hook) and as a value with closed-form derivatives
-(:meth:`Family.kl_and_grads`, used by the fused training path of
-:mod:`inference.variational.meanfield`); the tests check that the two agree.
+the Pyro guide's ``site_kl`` hook) and as a value with closed-form derivatives that are added
+in place into gradient buffers (:meth:`Family.kl_and_grads`, used by the fused training path
+of :mod:`inference.variational.meanfield`); the tests check that the two agree.
 
 All tensors here are flat ``[P]`` (or any common shape); prior parameters may be Python floats
 or tensors broadcastable against them.
@@ -66,6 +66,7 @@ __all__ = [
     "sparse_vd_kl",
     "kingma_vd_kl",
     "gaussian_kl",
+    "fast_exp",
 ]
 
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
@@ -74,6 +75,13 @@ C1, C2, C3 = 1.16145124, -1.50204118, 0.58629921
 KINGMA_KL_CONST = -0.6523
 #: guards log θ² against θ = 0 in log α = log σ² − log θ² (as in Molchanov et al.'s code)
 _THETA_EPS = 1e-8
+_LOG2_E = 1.0 / math.log(2.0)
+
+
+def fast_exp(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) as 2^(x log₂e): same result to float32 rounding (relative error ≲ |x|·2⁻²⁴), but on the
+    CPU builds used here ``torch.exp2`` is vectorised and ~5× faster than ``torch.exp``."""
+    return torch.exp2(x * _LOG2_E)
 
 Number = Union[float, torch.Tensor]
 
@@ -124,7 +132,7 @@ class Family:
 
     def sigma(self, loc: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """Posterior sd σ (autograd-differentiable)."""
-        return torch.exp(s)
+        return fast_exp(s)
 
     def sigma_grads(self, loc, s, sigma) -> tuple[Optional[torch.Tensor], torch.Tensor]:
         """(∂σ/∂μ or ``None`` when σ does not depend on μ, ∂σ/∂s)."""
@@ -136,7 +144,11 @@ class Family:
         raise NotImplementedError
 
     def kl_and_grads(self, loc, s, sigma, prior_loc: Number = 0.0, prior_scale: Number = 1.0):
-        """``(Σ KL, ∂ΣKL/∂μ or None, ∂ΣKL/∂s)`` without autograd (inputs are detached)."""
+        """``(Σ KL, accumulate)`` without autograd (inputs are detached).
+
+        ``accumulate(grad_loc, grad_s, g)`` adds ``g · ∂ΣKL/∂μ`` and ``g · ∂ΣKL/∂s`` in place
+        into the two buffers (shaped like ``loc``); ``g`` is a float.
+        """
         raise NotImplementedError
 
     # -- pruning -------------------------------------------------------------------------------
@@ -175,20 +187,29 @@ class GaussianFamily(Family):
 
     def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0):
         if isinstance(prior_loc, float) and isinstance(prior_scale, float):
-            # dot products avoid materialising the elementwise terms (the common case)
+            # constant prior (the common case): dot products, no [P] temporaries
             prec = 1.0 / prior_scale**2
-            centred = loc if prior_loc == 0.0 else loc - prior_loc
-            kl = (
-                loc.numel() * (math.log(prior_scale) - 0.5)
-                - s.sum()
-                + 0.5 * prec * (torch.dot(sigma.reshape(-1), sigma.reshape(-1)) + torch.dot(centred.reshape(-1), centred.reshape(-1)))
-            )
-            return kl, centred * prec, sigma * sigma * prec - 1.0
+            flat_loc, flat_sigma = loc.reshape(-1), sigma.reshape(-1)
+            centred_sq = torch.dot(flat_loc, flat_loc) - 2 * prior_loc * flat_loc.sum() + loc.numel() * prior_loc**2
+            kl = loc.numel() * (math.log(prior_scale) - 0.5) - s.sum() + 0.5 * prec * (torch.dot(flat_sigma, flat_sigma) + centred_sq)
+
+            def accumulate(grad_loc, grad_s, g):
+                grad_loc.add_(loc, alpha=g * prec)
+                if prior_loc != 0.0:
+                    grad_loc.sub_(g * prec * prior_loc)
+                grad_s.addcmul_(sigma, sigma, value=g * prec).sub_(g)
+
+            return kl, accumulate
         prec = 1.0 / torch.as_tensor(prior_scale, dtype=loc.dtype) ** 2
         centred = loc - prior_loc
         var_ratio = sigma * sigma * prec
         kl = (-0.5 * torch.log(prec) - s + 0.5 * (var_ratio + centred**2 * prec) - 0.5).sum()
-        return kl, centred * prec, var_ratio - 1.0
+
+        def accumulate(grad_loc, grad_s, g):
+            grad_loc.addcmul_(centred, prec.expand_as(centred), value=g)
+            grad_s.add_(var_ratio - 1.0, alpha=g)
+
+        return kl, accumulate
 
     def statistic(self, loc, s):
         """Signal-to-noise ratio |μ|/σ."""
@@ -239,7 +260,12 @@ class SparseVDFamily(_LogUniformFamily):
         # d KL / d log α, zero where the clip is active
         d_la = -K1 * K3 * gate * (1 - gate) - 0.5 * torch.sigmoid(-log_alpha)
         d_la = d_la * ((raw > -8.0) & (raw < 8.0))
-        return kl, d_la * (-2 * loc / theta_sq), 2 * d_la
+
+        def accumulate(grad_loc, grad_s, g):
+            grad_loc.addcmul_(d_la, loc / theta_sq, value=-2 * g)
+            grad_s.add_(d_la, alpha=2 * g)
+
+        return kl, accumulate
 
 
 class KingmaVDFamily(_LogUniformFamily):
@@ -252,9 +278,10 @@ class KingmaVDFamily(_LogUniformFamily):
     threshold_range = (-8.0, 0.0)
 
     def init_param(self, loc, init_scale):
-        """``log α`` giving sd ``init_scale`` at the typical |θ| (clipped to [−8, 0])."""
+        """``log α`` giving sd ``init_scale`` at the mean |θ|, kept in [−7, −0.5]: strictly inside the
+        clip range, where the gradient is non-zero (a weight at the clip would never move)."""
         typical = loc.abs().mean().clamp_min(1e-6)
-        return torch.full_like(loc, float(2 * math.log(init_scale / float(typical)))).clamp(-8.0, 0.0)
+        return torch.full_like(loc, float(2 * math.log(init_scale / float(typical)))).clamp(-7.0, -0.5)
 
     def log_alpha(self, loc, s):
         """log α, clipped to [−8, 0]."""
@@ -264,10 +291,10 @@ class KingmaVDFamily(_LogUniformFamily):
         return self.log_alpha(loc, s) >= self.check_threshold(threshold)
 
     def sigma(self, loc, s):
-        return loc.abs() * torch.exp(0.5 * s.clamp(-8.0, 0.0))
+        return loc.abs() * fast_exp(0.5 * s.clamp(-8.0, 0.0))
 
     def sigma_grads(self, loc, s, sigma):
-        root_alpha = torch.exp(0.5 * s.clamp(-8.0, 0.0))
+        root_alpha = fast_exp(0.5 * s.clamp(-8.0, 0.0))
         inside = (s > -8.0) & (s < 0.0)
         return torch.sign(loc) * root_alpha, 0.5 * sigma * inside
 
@@ -280,7 +307,11 @@ class KingmaVDFamily(_LogUniformFamily):
         poly = C1 * alpha + C2 * alpha**2 + C3 * alpha**3
         kl = -(KINGMA_KL_CONST * s.numel() + 0.5 * log_alpha.sum() + poly.sum())
         d_s = -(0.5 + C1 * alpha + 2 * C2 * alpha**2 + 3 * C3 * alpha**3) * ((s > -8.0) & (s < 0.0))
-        return kl, None, d_s
+
+        def accumulate(grad_loc, grad_s, g):
+            grad_s.add_(d_s, alpha=g)
+
+        return kl, accumulate
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (GaussianFamily(), SparseVDFamily(), KingmaVDFamily())}

@@ -77,8 +77,9 @@ class _MeanFieldDraw(torch.autograd.Function):
     ``None``), the family and a :class:`_DrawSpec`.  Outputs: ``(KL, *per-site tensors)`` where a
     sampled site gives ``w = μ + σ ε`` (site-shaped) and an LRT site gives ``(μ, σ²)``.
     Backward: with g_σ = g_w ε (sampled) or 2σ g_{σ²} (moments),
-    ∂/∂μ = g_w|g_μ + g_σ ∂σ/∂μ + g_KL ∂KL/∂μ and ∂/∂s = g_σ ∂σ/∂s + g_KL ∂KL/∂s — no
-    per-site slice gradients, no intermediate graph over the ``[P]`` vectors.
+    ∂/∂μ = g_w|g_μ + g_σ ∂σ/∂μ + g_KL ∂KL/∂μ and ∂/∂s = g_σ ∂σ/∂s + g_KL ∂KL/∂s, the KL terms
+    added in place by the family — no per-site slice gradients, no intermediate graph over the
+    ``[P]`` vectors.
     """
 
     @staticmethod
@@ -86,14 +87,14 @@ class _MeanFieldDraw(torch.autograd.Function):
         sigma = family.sigma(loc, scale_param)
         if family.uses_model_prior:
             parts = [
-                family.kl_and_grads(loc[seg.span], scale_param[seg.span], sigma[seg.span], *prior)
+                (seg.span, *family.kl_and_grads(loc[seg.span], scale_param[seg.span], sigma[seg.span], *prior))
                 for seg, prior in zip(spec.segments, spec.priors)
             ]
-            kl = sum(p[0] for p in parts)
-            d_loc = torch.cat([p[1].reshape(-1) for p in parts]) if parts[0][1] is not None else None
-            d_s = torch.cat([p[2].reshape(-1) for p in parts])
+            kl = sum(part[1] for part in parts)
+            accumulators = [(span, part) for span, _, part in parts]
         else:
-            kl, d_loc, d_s = family.kl_and_grads(loc, scale_param, sigma)
+            kl, accumulate = family.kl_and_grads(loc, scale_param, sigma)
+            accumulators = [(slice(None), accumulate)]
         outputs = []
         all_sampled = spec.num_sampled == loc.numel()
         flat_w = torch.addcmul(loc, sigma, eps) if all_sampled else None
@@ -106,13 +107,13 @@ class _MeanFieldDraw(torch.autograd.Function):
             else:
                 noise = eps[eps_offset : eps_offset + seg.numel]
                 outputs.append(torch.addcmul(loc[seg.span], sigma[seg.span], noise).view(seg.shape))
-        ctx.family, ctx.spec = family, spec
-        ctx.save_for_backward(loc, scale_param, sigma, eps, d_loc, d_s)
+        ctx.family, ctx.spec, ctx.accumulators = family, spec, accumulators
+        ctx.save_for_backward(loc, scale_param, sigma, eps)
         return (kl, *outputs)
 
     @staticmethod
     def backward(ctx, g_kl, *g_outputs):
-        loc, scale_param, sigma, eps, d_loc, d_s = ctx.saved_tensors
+        loc, scale_param, sigma, eps = ctx.saved_tensors
         spec = ctx.spec
         grad_loc = torch.empty_like(loc)
         g_sigma = torch.empty_like(loc)
@@ -139,9 +140,9 @@ class _MeanFieldDraw(torch.autograd.Function):
             grad_loc.addcmul_(g_sigma, dsigma_dloc)
         grad_s = g_sigma.mul_(dsigma_ds)
         if g_kl is not None:
-            grad_s.addcmul_(d_s, g_kl)
-            if d_loc is not None:
-                grad_loc.addcmul_(d_loc, g_kl)
+            g = float(g_kl)
+            for span, accumulate in ctx.accumulators:
+                accumulate(grad_loc[span], grad_s[span], g)
         return grad_loc, grad_s, None, None, None
 
 
@@ -225,7 +226,7 @@ class MeanFieldGuide(nn.Module):
             float(sd) if sd is not None else model_sd,
         )
 
-    def _prior_flat(self, value, seg: _Segment):
+    def _prior_flat(self, value):
         return value if isinstance(value, float) else value.reshape(-1).to(self.loc.dtype)
 
     # ------------------------------------------------------------------ Pyro guide
@@ -251,7 +252,7 @@ class MeanFieldGuide(nn.Module):
         loc, scale_param = self.loc[seg.span], self.scale_param[seg.span]
         prior_loc, prior_scale = self._site_prior(name, prior)
         return self.family.kl(
-            loc, scale_param, self._prior_flat(prior_loc, seg), self._prior_flat(prior_scale, seg)
+            loc, scale_param, self._prior_flat(prior_loc), self._prior_flat(prior_scale)
         ).sum()
 
     # ------------------------------------------------------------------ fused training path
@@ -268,7 +269,7 @@ class MeanFieldGuide(nn.Module):
                 eps_offsets.append(-1 if is_moment else num_sampled)
                 num_sampled += 0 if is_moment else seg.numel
             priors = [
-                (self._prior_flat(m, seg), self._prior_flat(s, seg)) for (m, s), seg in zip(self._priors, self.segments)
+                (self._prior_flat(m), self._prior_flat(s)) for m, s in self._priors
             ]
             self._specs[estimator] = (_DrawSpec(self.segments, moments, eps_offsets, num_sampled, priors), plan)
         return self._specs[estimator]

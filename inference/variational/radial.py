@@ -59,8 +59,9 @@ __all__ = [
 ]
 
 MC_KL_ESTIMATORS = ("reparameterized", "naive")
-#: elements of noise held at once while accumulating ξ̄ and (ξ²)‾ (memory bound, independent of M)
-DEFAULT_CHUNK_ELEMENTS = 2**18
+#: elements of noise held at once while accumulating ξ̄ and (ξ²)‾: bounds the memory independently
+#: of M (4 MiB in float32); larger chunks mean fewer, bigger kernels (faster on a GPU)
+DEFAULT_CHUNK_ELEMENTS = 2**20
 _EULER_GAMMA = 0.5772156649015329
 
 
@@ -121,32 +122,47 @@ class RadialNormal(TorchDistribution):
         return log_scale + radial_entropy_constant(max(1, self.event_shape.numel()))
 
 
+def _draw_chunk(num: int, dim: int, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``num`` Gaussian vectors ε ``[num, D]`` and their radial factors c = r/‖ε‖ ``[num]``."""
+    eps = torch.randn(num, dim, **options)
+    return eps, torch.randn(num, **options) / torch.linalg.vector_norm(eps, dim=1)
+
+
+def _chunk_sizes(dim: int, num_draws: int, chunk_elements: int) -> Iterator[int]:
+    per_chunk = max(1, chunk_elements // dim)
+    for start in range(0, num_draws, per_chunk):
+        yield min(per_chunk, num_draws - start)
+
+
 def radial_noise_chunks(
     shape: torch.Size, num_draws: int, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, like: Optional[torch.Tensor] = None
 ) -> Iterator[torch.Tensor]:
-    """``num_draws`` radial noise vectors ξ for a tensor of ``shape``, as ``[m, D]`` chunks.
+    """``num_draws`` radial noise vectors ξ = c ε for a tensor of ``shape``, as ``[m, D]`` chunks.
 
-    Both cross-entropy estimators consume this one stream, so with the same seed they see the
-    same draws.  Each chunk holds at most ``max(D, chunk_elements)`` numbers, with the dtype
-    and device of ``like`` (default: float32 on the CPU).
+    Both cross-entropy estimators consume this one random stream, so with the same seed they
+    see the same draws.  Each chunk holds at most ``max(D, chunk_elements)`` numbers, with the
+    dtype and device of ``like`` (default: float32 on the CPU).
     """
     dim = max(1, int(torch.Size(shape).numel()))
-    per_chunk = max(1, chunk_elements // dim)
     options = {"dtype": like.dtype, "device": like.device} if like is not None else {}
-    for start in range(0, num_draws, per_chunk):
-        m = min(per_chunk, num_draws - start)
-        eps = torch.randn(m, dim, **options)
-        scale = torch.randn(m, 1, **options) / torch.linalg.vector_norm(eps, dim=1, keepdim=True)
-        yield eps.mul_(scale)
+    for num in _chunk_sizes(dim, num_draws, chunk_elements):
+        eps, scale = _draw_chunk(num, dim, options)
+        yield eps.mul_(scale.unsqueeze(1))
 
 
 def _xi_moments(shape, num_draws: int, chunk_elements: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-weight ξ̄ and (ξ²)‾ over ``num_draws`` draws (no gradient; memory independent of M)."""
+    """Per-weight ξ̄ and (ξ²)‾ over ``num_draws`` draws (no gradient; memory independent of M).
+
+    Per chunk: Σ_m ξ_m = εᵀc and Σ_m ξ_m² = (ε²)ᵀc² — two matrix-vector products, the same
+    random stream as :func:`radial_noise_chunks`.
+    """
     dim = max(1, int(torch.Size(shape).numel()))
+    options = {"dtype": like.dtype, "device": like.device}
     first, second = like.new_zeros(dim), like.new_zeros(dim)
-    for xi in radial_noise_chunks(shape, num_draws, chunk_elements, like):
-        first += xi.sum(0)
-        second += xi.square_().sum(0)
+    for num in _chunk_sizes(dim, num_draws, chunk_elements):
+        eps, scale = _draw_chunk(num, dim, options)
+        first.addmv_(eps.T, scale)
+        second.addmv_(eps.square_().T, scale.square_())
     return (first / num_draws).view(shape), (second / num_draws).view(shape)
 
 
@@ -284,7 +300,7 @@ def _raw_param(container: PyroModule, name: str) -> torch.nn.Parameter:
 
 
 def build_radial_guide(bnn, init_values, init_scale: float = 1e-3, mc_kl_samples: int = 1,
-                       mc_kl_estimator: str = "reparameterized") -> AutoRadial:
+                       mc_kl_estimator: str = "reparameterized", chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> AutoRadial:
     """Guide builder for :data:`inference.guides.GUIDES`: an :class:`AutoRadial` of ``bnn.model``."""
     from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 
@@ -294,4 +310,5 @@ def build_radial_guide(bnn, init_values, init_scale: float = 1e-3, mc_kl_samples
         init_scale=float(init_scale),
         mc_kl_samples=mc_kl_samples,
         mc_kl_estimator=mc_kl_estimator,
+        chunk_elements=chunk_elements,
     )
