@@ -15,7 +15,7 @@ from torch import nn
 
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit, load_posterior
-from inference.backends.hmc import adaptation_windows
+from inference.backends.hmc import Welford, adaptation_windows
 from inference.potential import Potential, initial_point
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
@@ -74,7 +74,7 @@ def test_nuts_on_correlated_gaussian(dense, draws):
     assert cov[0, 1] / cov.diagonal().prod().sqrt() < -0.8  # strongly correlated target
     bnn = BayesianNetwork(nn.Linear(2, 1, bias=False), "all", NormalPrior(1.0), GaussianLikelihood(noise_sd), output_dim=1)
     post = fit(bnn, x, y, backend="nuts", seed=1, progress=False, num_chains=4, warmup_steps=150,
-               num_samples=draws, dense_mass=dense, **FAST)  # fmt: skip
+               num_samples=draws, dense_mass=dense, pool_adaptation=dense, **FAST)  # fmt: skip
     w = post.sample_params()["weight"].reshape(-1, 2)
     assert_matches(w, mean, cov, rhat_max(post.draws))
     corr = torch.corrcoef(w.T)[0, 1]
@@ -134,6 +134,28 @@ def test_divergences_are_counted_and_warned():
         post = fit(linear_bnn(data), data.x, data.y, backend="hmc", seed=0, progress=False, num_chains=2,
                    warmup_steps=0, num_samples=20, step_size=1.0, num_steps=5, **FAST)  # fmt: skip
     assert post.info["divergences"] == int(post.sample_stats["diverging"].sum()) > 0
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_welford_inverse_mass_per_chain_and_pooled(dense):
+    points = torch.randn(3, 50, 4) * torch.tensor([1.0, 2.0, 0.5, 3.0]) + torch.arange(3.0).view(3, 1, 1)
+    welford = Welford(3, 4, dense)
+    for t in range(50):
+        welford.update(points[:, t])
+    n = 50
+
+    def regularised(cov, n):
+        shrink = 1e-3 * 5 / (n + 5)
+        return n / (n + 5) * cov + (shrink * torch.eye(4) if dense else shrink)
+
+    def cov(x):
+        return torch.cov(x.T) if dense else x.var(0)
+
+    per_chain = welford.inverse_mass(pooled=False)
+    for c in range(3):
+        assert torch.allclose(per_chain[c], regularised(cov(points[c]), n), atol=1e-5)
+    pooled = welford.inverse_mass(pooled=True)
+    assert torch.allclose(pooled[1], regularised(cov(points.reshape(-1, 4)), 150), atol=1e-5)
 
 
 def test_adaptation_windows_follow_stan():

@@ -280,12 +280,13 @@ EULER_VARIANTS = {
     "full SVI": ("svi", "all", False, {"num_samples": 30}),
     "last-layer SGLD": ("sgld", "all", True, {"num_chains": 2, "num_samples": 100, "thin": 30, "warmup_steps": 3000,
                                               "batch_size": 256, "step_decay": 0.0}),
-    "last-layer NUTS": ("nuts", "all", True, {"num_chains": 2, "warmup_steps": 200, "num_samples": 200}),
+    "last-layer NUTS": ("nuts", "all", True, {"num_chains": 2, "warmup_steps": 200, "num_samples": 200,
+                                              "map_steps": 2000}),
     "last-layer Radial": ("radial", "all", True, {"epochs": 60, "batch_size": 256}),
 }
-#: SGLD step size per task: about 0.1 / (N τ), τ the noise precision in standardised units (≈ 7 for the
-#: angles, ≈ 10³ for the increments), so that the whitened head's posterior is explored stably
-EULER_SGLD_STEP = {"angles": 1e-5, "euler-increments": 1e-7}
+#: SGLD step size per task: about 0.5 / (N τ), below the stability limit 2 / (N τ) of the whitened head
+#: (N = 8003 pixels; τ the noise precision in standardised units: ≈ 50 for the angles, ≈ 700 for the increments)
+EULER_SGLD_STEP = {"angles": 1e-6, "euler-increments": 1e-7}
 
 
 def _euler(fast: bool, data_root) -> list:
@@ -336,13 +337,16 @@ def _uci_names(data_root) -> list:
     return [f"uci:{p}" for p in folders]
 
 
-#: uci-benchmark backends and their options
+#: uci-benchmark backends, their options, and the stochastic selections each runs
 UCI_BACKENDS = {
-    "svi": {},
-    "nuts": {"num_chains": 2, "warmup_steps": 200, "num_samples": 200},
-    "sgld": {"num_chains": 2, "num_samples": 100, "thin": 20, "warmup_steps": 2000, "step_size": 1e-5},
-    "radial": {},
+    "svi": ({}, ("all", "last")),
+    "radial": ({}, ("all", "last")),
+    "sgld": ({"num_chains": 2, "num_samples": 100, "thin": 10, "warmup_steps": 1000, "step_size": 3e-6},
+             ("all", "last")),
+    "nuts": ({"num_chains": 2, "warmup_steps": 200, "num_samples": 200, "map_steps": 5000},
+             ("last",)),  # 'all': too slow on 2 cores
 }
+UCI_STEPS, UCI_BATCH = 2000, 128  # optimisation steps and minibatch of the variational backends
 
 
 def _uci(fast: bool, data_root) -> list:
@@ -352,12 +356,16 @@ def _uci(fast: bool, data_root) -> list:
     runs = []
     for data in _uci_names(data_root):
         name = Path(data[4:]).name
-        n_splits = load_uci(data[4:], split=0).info["n_splits"]
-        for split in range(min(n_splits, 3 if fast else 20)):
+        first = load_uci(data[4:], split=0)
+        epochs = -(-UCI_STEPS // -(-first.n_train // UCI_BATCH))  # ceil(steps / steps per epoch)
+        for split in range(min(first.info["n_splits"], 3 if fast else 20)):
             for backend in backends:
-                for stochastic in ("all", "last"):
+                options, selections = UCI_BACKENDS[backend]
+                variational = backend in ("svi", "radial")
+                for stochastic in selections:
                     spec = RunSpec(data=data, model="mlp", hidden=[50], stochastic=stochastic, backend=backend,
-                                   split=split, backend_options=dict(UCI_BACKENDS[backend]))
+                                   split=split, backend_options=dict(options), epochs=epochs if variational else None,
+                                   batch_size=UCI_BATCH if variational else None)
                     labels = {"dataset": name, "backend": backend, "stochastic": stochastic, "split": split}
                     runs.append(Run(_slug(name, backend, stochastic, split), spec, labels))
     return runs
@@ -403,22 +411,18 @@ def _structured(fast: bool, data_root) -> list:
     return runs
 
 
-#: variational families of seed 002 (when registered) and the post-hoc pruning modes
-VARIATIONAL_FAMILIES = ("svi", "graves", "svi-lrt", "sparse-vd", "kingma-vd")
+#: variational families with prunable weight sites (seed 002's Graves-style dense, mean field with the local
+#: reparameterisation trick, sparse / Kingma variational dropout, Radial) and the post-hoc pruning modes
+VARIATIONAL_FAMILIES = ("graves", "svi-lrt", "sparse-vd", "kingma-vd", "radial")
 PRUNE_MODES = ("none", "principled", "random")
 
 
 def _sparse_vd(fast: bool, data_root) -> list:
-    import importlib.util
-
     families = available_backends(VARIATIONAL_FAMILIES)
-    prunes = PRUNE_MODES if importlib.util.find_spec("inference.variational.pruning") else ("none",)
-    if len(prunes) == 1:
-        print("note: inference.variational.pruning is not there yet; running without pruning only")
-    seeds, epochs = ((0,), 30) if fast else ((0, 1, 2), 100)
+    seeds, epochs = ((0,), 20) if fast else ((0, 1), 50)
     runs = []
     for family in families:
-        for prune in prunes:
+        for prune in PRUNE_MODES:
             for seed in seeds:
                 spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend=family, seed=seed,
                                epochs=epochs, batch_size=128, prune=prune)
@@ -430,7 +434,7 @@ def _sparse_vd(fast: bool, data_root) -> list:
 def _radial(fast: bool, data_root) -> list:
     if not available_backends(["radial"]):
         return []
-    seeds, epochs = ((0,), 30) if fast else ((0, 1, 2), 100)
+    seeds, epochs = ((0,), 20) if fast else ((0, 1, 2), 50)
     return [Run(_slug("M", m, seed), RunSpec(data="digits", model="lenet300100", stochastic="all", backend="radial",
                                              seed=seed, epochs=epochs, batch_size=128,
                                              backend_options={"mc_kl_samples": m}),

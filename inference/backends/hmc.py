@@ -36,7 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..posterior import SamplePosterior
-from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
+from ..potential import INIT_STRATEGIES, Potential, compiled, frozen_deterministic, initial_point
 from .base import Backend, NonFiniteLossError
 
 __all__ = ["ChainConfig", "HMCConfig", "NUTSConfig", "HMCBackend", "NUTSBackend", "Metric", "nuts_transition", "hmc_transition"]
@@ -60,14 +60,16 @@ class ChainConfig:
         map_steps / map_lr: the MAP fit's full-batch Adam steps and learning rate.
         init_jitter: sd of the Gaussian jitter added to the start of every chain
             (unconstrained coordinates).
+        pool_adaptation: estimate one inverse mass matrix from the warm-up draws of all
+            chains together (C times the draws of a per-chain estimate) instead of one per chain.
         compile: ``torch.compile`` the leapfrog/NUTS step with the potential and its
             gradient (a one-off compile of tens of seconds, then several times faster
             steps; falls back to eager execution if compilation fails).
     """
 
     num_chains: int = 4
-    warmup_steps: int = 300
-    num_samples: int = 300
+    warmup_steps: int = 200
+    num_samples: int = 200
     thin: int = 1
     step_size: float = 0.01
     target_accept: float = 0.8
@@ -76,10 +78,11 @@ class ChainConfig:
     dense_mass: bool = False
     max_energy_error: float = 1000.0
     init: str = "map"
-    map_steps: int = 2000
+    map_steps: int = 20000
     map_lr: float = 0.01
     init_jitter: float = 0.01
     compile: bool = True
+    pool_adaptation: bool = False
 
     def validate(self):
         for name in ("num_chains", "num_samples", "thin"):
@@ -229,26 +232,6 @@ def _nuts_step(vg, max_energy_error: float, inv_mass, eps, energy0, s: dict, u, 
     }
 
 
-def _maybe_compile(fn, enabled: bool):
-    """``torch.compile(fn)``, falling back to ``fn`` with a warning if compilation fails."""
-    if not enabled:
-        return fn
-    state = {"fn": torch.compile(fn, dynamic=False)}
-
-    def call(*args):
-        try:
-            return state["fn"](*args)
-        except Exception as err:  # a model torch.compile cannot handle: run eagerly instead
-            if state["fn"] is fn:
-                raise
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            warnings.warn(f"torch.compile failed ({type(err).__name__}: {reason}); sampling without compilation", RuntimeWarning)
-            state["fn"] = fn
-            return fn(*args)
-
-    return call
-
-
 class Integrator:
     """Leapfrog and NUTS-subtree steps over a potential, eager or ``torch.compile``-d.
 
@@ -260,8 +243,8 @@ class Integrator:
     def __init__(self, potential: Potential, compile: bool, max_energy_error: float, max_tree_depth: int = 0):
         self.value_and_grad = potential.value_and_grad
         vg = potential.functional_value_and_grad if compile else potential.value_and_grad
-        self.leapfrog = _maybe_compile(partial(_leapfrog, vg), compile)
-        self.nuts_step = _maybe_compile(partial(_nuts_step, vg, max_energy_error), compile)
+        self.leapfrog = compiled(_leapfrog, compile, vg)
+        self.nuts_step = compiled(_nuts_step, compile, vg, max_energy_error)
         self.max_energy_error = max_energy_error
         self.max_tree_depth = max_tree_depth
         levels = torch.arange(1, max_tree_depth + 1)
@@ -439,9 +422,15 @@ class Welford:
         after = z - self.mean
         self.m2 = self.m2 + (delta.unsqueeze(-1) * after.unsqueeze(-2) if self.dense else delta * after)
 
-    def inverse_mass(self) -> torch.Tensor:
-        n = self.n
-        cov = self.m2 / max(n - 1, 1)
+    def inverse_mass(self, pooled: bool) -> torch.Tensor:
+        """Regularised (co)variance per chain, or of all chains' points pooled (same for every chain)."""
+        m2, mean, n = self.m2, self.mean, self.n
+        if pooled:  # Σ_c [M2_c + n (μ_c − μ)(μ_c − μ)ᵀ] over C·n points
+            spread = mean - mean.mean(0)
+            extra = spread.unsqueeze(-1) * spread.unsqueeze(-2) if self.dense else spread * spread
+            m2 = (m2 + n * extra).sum(0, keepdim=True).expand_as(m2)
+            n = n * mean.shape[0]
+        cov = m2 / max(n - 1, 1)
         shrink = 1e-3 * 5.0 / (n + 5.0)
         if self.dense:
             return (n / (n + 5.0)) * cov + shrink * torch.eye(cov.shape[-1])
@@ -487,7 +476,7 @@ def sample_chains(potential: Potential, z0: torch.Tensor, transition: Callable, 
             if any(start <= it < end for start, end in windows):
                 welford.update(z)
             if it + 1 in window_ends:
-                metric = Metric(welford.inverse_mass())
+                metric = Metric(welford.inverse_mass(config.pool_adaptation))
                 welford = Welford(num_chains, dim, config.dense_mass)
                 if config.adapt_step_size:
                     step_size = find_step_size(vg, z, lp, grad, step_size, metric, generator)
@@ -538,7 +527,7 @@ class HMCBackend(Backend):
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
+        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, config.compile)
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
         jitter = config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)
