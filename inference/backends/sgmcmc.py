@@ -146,9 +146,14 @@ class SGHMCConfig(SGLDConfig):
 class CyclicalConfig(SGMCMCConfig):
     """Cyclical SG-MCMC: ``num_cycles`` M, ``exploration`` β, ``kernel`` (``sgld``/``sghmc``),
     ``friction`` (SGHMC kernel) and ``cycle_length`` L in steps (default: just long enough for
-    ``num_samples / M`` draws ``thin`` steps apart in the sampling phase)."""
+    ``num_samples / M`` draws ``thin`` steps apart in the sampling phase).
 
-    step_size: float = 1e-3
+    ``step_size`` α₀ is the peak of the cosine schedule, taken by the exploration phase's plain
+    SGD steps on the N-scaled potential: 1e-5 by default, because 3e-5 and above already throw
+    a 7-50-1 MLP with learned noise on UCI yacht (N = 277) into regions where the noise
+    precision collapses (measured: RMSE 2.9 at 3e-5, 40 at 1e-4, 0.70 at 1e-5)."""
+
+    step_size: float = 1e-5
     num_cycles: int = 4
     exploration: float = 0.8
     kernel: str = "sgld"
