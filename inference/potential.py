@@ -191,17 +191,19 @@ def frozen_deterministic(bnn):
 def compiled(fn, enabled: bool, *args):
     """``partial(fn, *args)``, ``torch.compile``-d when ``enabled``; eager with a warning if compilation fails.
 
-    The compiled function gets a private copy of ``fn``'s code object: torch.compile caches
-    per code object, so every sampler run owns its graph (runs on other models neither share
-    nor exhaust one cache), and guards can be cut to the input tensors' metadata — the
-    model and potential are fixed for the run — which removes most per-call overhead.
+    The compiled function is a private copy of ``fn`` (its own code object) called with ``args``
+    prepended: torch.compile caches per code object, so every sampler run owns its graph — runs
+    on other models in the same process neither share nor exhaust one cache (a ``partial`` would
+    be wrapped in a frame that all of them share) — and guards can be cut to the input tensors'
+    metadata, since ``args`` (model, potential) are fixed for the run, which removes most
+    per-call overhead.
     """
     eager = partial(fn, *args)
     if not enabled:
         return eager
     own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
-    state = {"fn": torch.compile(partial(own, *args), dynamic=False, options=options)}
+    state = {"fn": partial(torch.compile(own, dynamic=False, options=options), *args)}
 
     def call(*call_args):
         try:

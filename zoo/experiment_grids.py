@@ -421,7 +421,7 @@ PRUNE_MODES = ("none", "principled", "random")
 
 def _sparse_vd(fast: bool, data_root) -> list:
     families = available_backends(VARIATIONAL_FAMILIES)
-    seeds, epochs = ((0,), 20) if fast else ((0, 1), 50)
+    seeds, epochs = ((0,), 20) if fast else ((0, 1, 2), 200)
     runs = []
     for family in families:
         for prune in PRUNE_MODES:
@@ -436,7 +436,7 @@ def _sparse_vd(fast: bool, data_root) -> list:
 def _radial(fast: bool, data_root) -> list:
     if not available_backends(["radial"]):
         return []
-    seeds, epochs = ((0,), 20) if fast else ((0, 1, 2), 50)
+    seeds, epochs = ((0,), 20) if fast else ((0, 1, 2), 200)
     return [Run(_slug("M", m, seed), RunSpec(data="digits", model="lenet300100", stochastic="all", backend="radial",
                                              seed=seed, epochs=epochs, batch_size=128,
                                              backend_options={"mc_kl_samples": m}),

@@ -392,8 +392,8 @@ def _figure_radial(summary, plt):
     for _, row in summary.iterrows():
         kept = [row[f"kept_{t:g}_mean"] for t in CONFIDENCE_THRESHOLDS]
         acc = [row[f"acc_{t:g}_mean"] for t in CONFIDENCE_THRESHOLDS]
-        axes[2].plot(kept, acc, marker="o", label=f"M = {row['M']}")
-    axes[2].set_xlabel("fraction of test points kept (max probability ≥ threshold)")
+        axes[2].plot(kept, acc, marker="o", label=f"M = {int(row['M'])}")
+    axes[2].set_xlabel("fraction kept (max probability ≥ threshold)")
     axes[2].set_ylabel("accuracy on the kept points")
     axes[2].legend(fontsize=7)
     return fig
