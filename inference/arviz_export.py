@@ -29,8 +29,9 @@ __all__ = ["to_inference_data", "save_netcdf", "load_netcdf", "quiet_arviz"]
 
 @contextlib.contextmanager
 def quiet_arviz():
-    """Silence ArviZ's shape warnings for single-chain (variational) draws."""
-    logger = az._log  # ArviZ's own logger instance (not registered with logging.getLogger)
+    """Silence ArviZ's warnings and log messages (e.g. 'Shape validation failed' for one chain)."""
+    # ArviZ 0.2x logs through its own Logger instance, not the one logging.getLogger("arviz") returns
+    logger = getattr(az, "_log", None) or logging.getLogger("arviz")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:

@@ -7,13 +7,13 @@ through pyplot and their figures are closed after encoding.
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
-import logging
 import warnings
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+
+from ..arviz_export import quiet_arviz
 
 __all__ = [
     "quiet_arviz",
@@ -29,23 +29,6 @@ __all__ = [
 ]
 
 DPI = 80
-
-
-@contextlib.contextmanager
-def quiet_arviz():
-    """Silence ArviZ's warnings and log messages (e.g. 'Shape validation failed' for one chain)."""
-    import arviz
-
-    # ArviZ 0.2x logs through its own Logger instance, not the one logging.getLogger("arviz") returns
-    logger = getattr(arviz, "_log", None) or logging.getLogger("arviz")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
 
 
 def _figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.2):
