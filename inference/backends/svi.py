@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 
 import pyro
@@ -26,15 +26,15 @@ from ..guides import GUIDES, build_guide
 from ..posterior import VariationalPosterior
 from .base import Backend, NonFiniteLossError, minibatches
 
-__all__ = ["SVIConfig", "SVIBackend", "kl_weight", "pretrain", "run_training_loop", "validate_loop_options"]
+__all__ = ["LoopOptions", "SVIConfig", "SVIBackend", "FitStart", "start_fit", "kl_weight", "pretrain", "run_training_loop"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
 OPTIMIZERS = ("adam", "clipped-adam")
 
 
 @dataclass
-class SVIConfig:
-    """Options of the SVI backend.
+class LoopOptions:
+    """Training-loop options shared by the SVI-style backends (``svi`` and the variational families).
 
     Attributes:
         epochs: passes over the training data.
@@ -43,13 +43,11 @@ class SVIConfig:
         lr_schedule: ``constant``, ``cosine`` (decay to ``lr · lr_final_factor``) or ``step``
             (multiply by ``lr_final_factor`` after ``lr_step_fraction`` of the epochs).
         optimizer: ``adam`` or ``clipped-adam`` (gradient norm clipped at ``clip_norm``).
-        guide: a name in :data:`inference.guides.GUIDES`.
         init_scale: initial posterior sd of every random weight.
         kl_warmup_epochs / kl_anneal_epochs: KL annealing (β = 0, then a linear ramp).
         pretrain_epochs / pretrain_lr: deterministic pretraining before VI.
         num_particles: Monte Carlo samples of the ELBO per step.
         num_samples: default number of posterior draws for predictions.
-        guide_options: extra keyword arguments for the guide builder.
     """
 
     epochs: int = 200
@@ -60,7 +58,6 @@ class SVIConfig:
     lr_step_fraction: float = 0.25
     optimizer: str = "adam"
     clip_norm: float = 10.0
-    guide: str = "normal"
     init_scale: float = 1e-3
     kl_warmup_epochs: int = 0
     kl_anneal_epochs: int = 0
@@ -68,32 +65,43 @@ class SVIConfig:
     pretrain_lr: Optional[float] = None
     num_particles: int = 1
     num_samples: int = 200
+
+    def validate(self):
+        """Clear ``ValueError``s for invalid loop options."""
+        for name in ("epochs", "num_particles", "num_samples"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("kl_warmup_epochs", "kl_anneal_epochs", "pretrain_epochs"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+        for name in ("lr", "init_scale", "clip_norm", "lr_final_factor"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.batch_size is not None and int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+
+
+@dataclass
+class SVIConfig(LoopOptions):
+    """Options of the SVI backend: :class:`LoopOptions` plus the guide.
+
+    Attributes:
+        guide: a name in :data:`inference.guides.GUIDES`.
+        guide_options: extra keyword arguments for the guide builder.
+    """
+
+    guide: str = "normal"
     guide_options: Optional[dict] = None
 
     def validate(self):
-        validate_loop_options(self)
+        super().validate()
         if self.guide not in GUIDES:
             raise ValueError(f"unknown guide {self.guide!r}; valid guides: {', '.join(GUIDES)}")
-
-
-def validate_loop_options(config) -> None:
-    """Check the training-loop options shared by the SVI-style backends (clear ``ValueError``s)."""
-    for name in ("epochs", "num_particles", "num_samples"):
-        if int(getattr(config, name)) < 1:
-            raise ValueError(f"{name} must be at least 1, got {getattr(config, name)}")
-    for name in ("kl_warmup_epochs", "kl_anneal_epochs", "pretrain_epochs"):
-        if int(getattr(config, name)) < 0:
-            raise ValueError(f"{name} must be non-negative, got {getattr(config, name)}")
-    for name in ("lr", "init_scale", "clip_norm", "lr_final_factor"):
-        value = getattr(config, name)
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be positive, got {value}")
-    if config.batch_size is not None and int(config.batch_size) < 1:
-        raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {config.batch_size}")
-    if config.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
-    if config.optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {config.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
 def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:
@@ -105,7 +113,7 @@ def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:
     return min(1.0, (epoch - warmup_epochs) / anneal_epochs)
 
 
-def _scheduler(optimizer, config: SVIConfig, total_steps: int):
+def _scheduler(optimizer, config: LoopOptions, total_steps: int):
     if config.lr_schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(
             optimizer, T_max=max(total_steps, 1), eta_min=config.lr * config.lr_final_factor
@@ -214,35 +222,18 @@ class SVIBackend(Backend):
     Config = SVIConfig
 
     def run(self, bnn, x, y, config: SVIConfig, seed: int, progress: bool) -> VariationalPosterior:
-        pyro.set_rng_seed(seed)
-        generator = torch.Generator().manual_seed(seed)
-        num_data = x.shape[0]
-        started = time.perf_counter()
-        init_values = None
-        if config.pretrain_epochs:
-            init_values = pretrain(
-                bnn, x, y, config.pretrain_epochs, config.pretrain_lr or config.lr, config.batch_size, generator, progress
-            )
-            bnn.update_reference(init_values)
         guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
-        guide = build_guide(config.guide, bnn, init_values=init_values, **guide_kwargs)
-        params = list(guide.parameters()) + bnn.deterministic_parameters()
-        history = {"epoch": [], "loss": [], "expected_log_likelihood": [], "kl": [], "kl_weight": [], "lr": []}
-        info = {
-            "backend": self.name,
-            "config": _config_dict(config),
-            "seed": seed,
-            "num_samples": config.num_samples,
-            "num_data": num_data,
-            "history": history,
-        }
+        start = start_fit(self.name, bnn, x, y, config, seed, progress, config.guide, guide_kwargs,
+                          ("epoch", "loss", "expected_log_likelihood", "kl", "kl_weight", "lr"))
+        guide, history, info = start.guide, start.history, start.info
 
-        def result(step_seconds):
-            info["fit_seconds"] = step_seconds
+        def result():
+            info["fit_seconds"] = time.perf_counter() - start.started
             return VariationalPosterior(bnn, guide, config.guide, guide_kwargs, info)
 
-        if not params:  # nothing to optimise (frozen network, no latents)
-            return result(time.perf_counter() - started)
+        if not start.params:  # nothing to optimise (frozen network, no latents)
+            return result()
+        num_data = x.shape[0]
 
         def objective(index, beta):
             loss, loglik, kl = 0.0, 0.0, 0.0
@@ -255,13 +246,47 @@ class SVIBackend(Backend):
             return loss, loglik, kl
 
         run_training_loop(
-            objective, params, num_data, config, generator, history,
-            lambda: result(time.perf_counter() - started), desc=f"svi ({bnn.num_random} random)", progress=progress,
+            objective, start.params, num_data, config, start.generator, history, result,
+            desc=f"svi ({bnn.num_random} random)", progress=progress,
         )
-        return result(time.perf_counter() - started)
+        return result()
 
 
-def _config_dict(config) -> dict:
-    from dataclasses import asdict
+@dataclass
+class FitStart:
+    """What :func:`start_fit` set up: the run's generator, guide, optimised parameters, history and info."""
 
-    return asdict(config)
+    generator: torch.Generator
+    guide: object
+    params: list
+    history: dict
+    info: dict
+    started: float
+
+
+def start_fit(backend: str, bnn, x, y, config: LoopOptions, seed: int, progress: bool, guide_name: str,
+              guide_kwargs: dict, history_keys) -> FitStart:
+    """The common start of a variational fit: seed every draw, pretrain deterministically when
+    ``config.pretrain_epochs`` (the guide's means start at the pretrained values), build the guide
+    at once (so the posterior can be saved whatever happens next), and the run's history and info."""
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    started = time.perf_counter()
+    init_values = None
+    if config.pretrain_epochs:
+        init_values = pretrain(
+            bnn, x, y, config.pretrain_epochs, config.pretrain_lr or config.lr, config.batch_size, generator, progress
+        )
+        bnn.update_reference(init_values)
+    guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
+    params = list(guide.parameters()) + bnn.deterministic_parameters()
+    history = {key: [] for key in history_keys}
+    info = {
+        "backend": backend,
+        "config": asdict(config),
+        "seed": seed,
+        "num_samples": config.num_samples,
+        "num_data": x.shape[0],
+        "history": history,
+    }
+    return FitStart(generator, guide, params, history, info, started)

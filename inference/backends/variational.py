@@ -30,21 +30,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 import pyro
-import torch
 
 from ..elbo import elbo_terms
-from ..guides import build_guide
 from ..posterior import VariationalPosterior
 from ..variational.families import get_family
 from ..variational.meanfield import ESTIMATORS
 from ..variational.pruning import guide_sparsity
 from ..variational.radial import check_mc_kl_options
 from .base import Backend
-from .svi import pretrain, run_training_loop, validate_loop_options
+from .svi import LoopOptions, run_training_loop, start_fit
 
 __all__ = [
     "MeanFieldConfig",
@@ -62,14 +60,10 @@ __all__ = [
 
 
 @dataclass
-class MeanFieldConfig:
-    """Options shared by the mean-field family backends (names as in ``SVIConfig``).
+class MeanFieldConfig(LoopOptions):
+    """Options shared by the mean-field family backends: :class:`~inference.backends.svi.LoopOptions` plus
 
     Attributes:
-        epochs, batch_size, lr, lr_schedule, lr_final_factor, lr_step_fraction, optimizer,
-        clip_norm, kl_warmup_epochs, kl_anneal_epochs, pretrain_epochs, pretrain_lr,
-        num_particles, num_samples: as in :class:`~inference.backends.svi.SVIConfig`.
-        init_scale: initial posterior sd of every weight.
         estimator: ``"weights"`` (one draw of all weights per step) or ``"lrt"`` (local
             reparameterisation where applicable).
         prune_threshold: threshold of the family's pruning rule used for the tracked sparsity
@@ -79,27 +73,12 @@ class MeanFieldConfig:
 
     FAMILY: ClassVar[str] = "graves"
 
-    epochs: int = 200
-    batch_size: Optional[int] = 64
-    lr: float = 1e-2
-    lr_schedule: str = "cosine"
-    lr_final_factor: float = 0.1
-    lr_step_fraction: float = 0.25
-    optimizer: str = "adam"
-    clip_norm: float = 10.0
-    init_scale: float = 1e-3
-    kl_warmup_epochs: int = 0
-    kl_anneal_epochs: int = 0
-    pretrain_epochs: int = 0
-    pretrain_lr: Optional[float] = None
-    num_particles: int = 1
-    num_samples: int = 200
     estimator: str = "weights"
     prune_threshold: Optional[float] = None
     track_sparsity: bool = True
 
     def validate(self):
-        validate_loop_options(self)
+        super().validate()
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {self.estimator!r}; valid estimators: {', '.join(ESTIMATORS)}")
         get_family(self.FAMILY).check_threshold(self.prune_threshold)
@@ -155,45 +134,28 @@ class KingmaVDConfig(MeanFieldConfig):
 
 
 @dataclass
-class RadialConfig:
-    """Options of the ``radial`` backend.
+class RadialConfig(LoopOptions):
+    """Options of the ``radial`` backend: :class:`~inference.backends.svi.LoopOptions` plus
 
     Attributes:
-        (loop options): as in :class:`MeanFieldConfig`.
         mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1).
         mc_kl_estimator: ``"reparameterized"`` (seed 004; needs a Normal prior) or ``"naive"``.
         prune_threshold, track_sparsity: sparsity tracking with the rule |μ|/σ < λ (default 0.83).
     """
 
-    epochs: int = 200
-    batch_size: Optional[int] = 64
-    lr: float = 1e-2
-    lr_schedule: str = "cosine"
-    lr_final_factor: float = 0.1
-    lr_step_fraction: float = 0.25
-    optimizer: str = "adam"
-    clip_norm: float = 10.0
-    init_scale: float = 1e-3
-    kl_warmup_epochs: int = 0
-    kl_anneal_epochs: int = 0
-    pretrain_epochs: int = 0
-    pretrain_lr: Optional[float] = None
-    num_particles: int = 1
-    num_samples: int = 200
     mc_kl_samples: int = 10
     mc_kl_estimator: str = "reparameterized"
     prune_threshold: Optional[float] = None
     track_sparsity: bool = True
 
     def validate(self):
-        validate_loop_options(self)
+        super().validate()
         check_mc_kl_options(self.mc_kl_samples, self.mc_kl_estimator)
         get_family("graves").check_threshold(self.prune_threshold)
 
 
-def _new_history() -> dict:
-    keys = ("epoch", "loss", "expected_log_likelihood", "kl", "kl_weight", "lr", "sparsity", "layer_sparsity")
-    return {k: [] for k in keys}
+#: per-epoch history of the variational backends (the SVI loop's plus the tracked sparsity)
+HISTORY_KEYS = ("epoch", "loss", "expected_log_likelihood", "kl", "kl_weight", "lr", "sparsity", "layer_sparsity")
 
 
 class _VariationalBackend(Backend):
@@ -216,32 +178,14 @@ class _VariationalBackend(Backend):
                 f"backend {self.name!r} needs random weights but the model has none (stochastic='none'); "
                 f"choose stochastic='all', 'last' or a module pattern, or use backend 'svi' for the deterministic net"
             )
-        pyro.set_rng_seed(seed)
-        generator = torch.Generator().manual_seed(seed)
-        num_data = x.shape[0]
-        started = time.perf_counter()
-        init_values = None
-        if config.pretrain_epochs:
-            init_values = pretrain(
-                bnn, x, y, config.pretrain_epochs, config.pretrain_lr or config.lr, config.batch_size, generator, progress
-            )
-            bnn.update_reference(init_values)
         guide_kwargs = self._guide_kwargs(config)
-        guide = build_guide(self.guide_name, bnn, init_values=init_values, **guide_kwargs)
-        params = list(guide.parameters()) + bnn.deterministic_parameters()
-        history = _new_history()
-        info = {
-            "backend": self.name,
-            "config": asdict(config),
-            "seed": seed,
-            "num_samples": config.num_samples,
-            "num_data": num_data,
-            "history": history,
-            **self._extra_info(bnn, guide, config),
-        }
+        start = start_fit(self.name, bnn, x, y, config, seed, progress, self.guide_name, guide_kwargs, HISTORY_KEYS)
+        guide, history, info = start.guide, start.history, start.info
+        info.update(self._extra_info(bnn, guide, config))
+        num_data = x.shape[0]
 
         def result():
-            info["fit_seconds"] = time.perf_counter() - started
+            info["fit_seconds"] = time.perf_counter() - start.started
             info["sparsity"] = guide_sparsity(guide, bnn, config.prune_threshold)
             return VariationalPosterior(bnn, guide, self.guide_name, guide_kwargs, info)
 
@@ -253,7 +197,7 @@ class _VariationalBackend(Backend):
 
         objective = self._objective(bnn, guide, x, y, num_data, config)
         run_training_loop(
-            objective, params, num_data, config, generator, history, result,
+            objective, start.params, num_data, config, start.generator, history, result,
             desc=f"{self.name} ({bnn.num_random} random)", progress=progress,
             on_epoch=on_epoch if config.track_sparsity else None, fused_adam=True,
         )
