@@ -12,6 +12,9 @@ Groups written:
 * ``posterior_predictive`` — observation draws ``obs``;
 * ``observed_data`` — the targets;
 * ``sample_stats`` — the sampler's per-draw statistics, where the backend has them.
+
+Top-level ``attrs`` name the backend, the posterior kind, the task and, for NUTS, the
+``max_tree_depth`` that ``sample_stats.tree_depth`` is read against.
 """
 from __future__ import annotations
 
@@ -112,6 +115,7 @@ def to_inference_data(
                 "task": pred.task,
                 "num_random": int(bnn.num_random),
                 "units": "original target units",
+                **_sampler_limits(posterior.info),
             },
         )
         # pointwise log-likelihood has no output dim, so it gets its own dims
@@ -119,6 +123,12 @@ def to_inference_data(
             log_likelihood=az.dict_to_dataset({"obs": _np(log_lik)}, coords=coords, dims={"obs": ["obs_id"]})
         )
     return idata
+
+
+def _sampler_limits(info: dict) -> dict:
+    """Sampler settings the diagnostics need to read ``sample_stats`` (NUTS: ``max_tree_depth``)."""
+    depth = (info.get("config") or {}).get("max_tree_depth")
+    return {"max_tree_depth": int(depth)} if depth else {}
 
 
 def _predict_from_flat(posterior, flat: dict, x, y, seed):

@@ -14,9 +14,13 @@ import numpy as np
 
 from .arviz_export import quiet_arviz
 
-__all__ = ["PREDICTIVE_VARS", "predictive_summary", "convergence_metrics"]
+__all__ = ["PREDICTIVE_VARS", "RHAT_WARNING", "predictive_summary", "convergence_metrics", "convergence_warning"]
 
 PREDICTIVE_VARS = ("f_mean", "log_joint")
+
+#: ``rhat_max`` above this means the chains disagree (a lenient bar for runs of a few hundred
+#: draws per chain; Vehtari et al. 2021 recommend 1.01 for final inferences from long chains)
+RHAT_WARNING = 1.05
 
 
 def predictive_summary(idata: az.InferenceData):
@@ -48,4 +52,25 @@ def convergence_metrics(idata: az.InferenceData) -> dict:
     stats = getattr(idata, "sample_stats", None)
     if stats is not None and "diverging" in stats:
         out["divergences"] = int(stats["diverging"].values.sum())
+    max_depth = idata.attrs.get("max_tree_depth")
+    if stats is not None and "tree_depth" in stats and max_depth:
+        out["tree_depth_saturated"] = float(np.mean(stats["tree_depth"].values >= int(max_depth)))
     return out
+
+
+def convergence_warning(metrics: dict):
+    """A one-line explanation when ``rhat_max`` says the chains have not mixed, else ``None``."""
+    rhat = metrics.get("rhat_max")
+    if rhat is None or not rhat > RHAT_WARNING:
+        return None
+    saturated = metrics.get("tree_depth_saturated") or 0.0
+    cause = (
+        f"; {saturated:.0%} of the NUTS trajectories hit the maximum tree depth, a sign of a badly conditioned posterior"
+        if saturated > 0.5
+        else ""
+    )
+    return (
+        f"rhat_max {rhat:.3g} > {RHAT_WARNING}: the chains disagree on the predictive means or the log joint, so the "
+        f"draws do not yet represent one posterior{cause}; run longer chains, sample fewer weights (e.g. "
+        f"stochastic='last') or see docs/mcmc.md, 'When NUTS does not mix'"
+    )

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -33,7 +34,7 @@ from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
 from .arviz_export import save_netcdf
 from .backends import BACKENDS, fit, get_backend
-from .diagnostics import convergence_metrics
+from .diagnostics import convergence_metrics, convergence_warning
 from .metrics import evaluate
 from .posterior import to_jsonable
 
@@ -188,6 +189,9 @@ def execute(spec: RunSpec, out_dir, progress: bool = True, data: Optional[Datase
     metrics = evaluate(prediction, y_test)
     idata = posterior.to_arviz(data.x_test, y_test, seed=spec.seed, include_weights=bnn.num_random <= 20000)
     metrics.update(convergence_metrics(idata))
+    unmixed = convergence_warning(metrics)
+    if unmixed:
+        warnings.warn(f"{spec.backend}: {unmixed}", RuntimeWarning, stacklevel=2)
     if prune_report is not None:
         metrics["sparsity"] = float(prune_report["sparsity"])
     metrics.update(

@@ -36,6 +36,9 @@ def test_fit_writes_metrics_and_posterior(tmp_path, stochastic, capsys):
         (["--data", "toy1d", "--model", "resnet"], "mlp"),
         (["--data", "toy1d", "--noise", "loud"], "--noise"),
         (["--data", "toy1d", "--prior", "cauchy"], "valid priors"),
+        (["--data", "toy1d", "--option", "max_depth=3"], "valid options"),
+        (["--data", "toy1d", "--option", "max_depth"], "KEY=VALUE"),
+        (["--data", "toy1d", "--backend", "sgld", "--chains", "2", "--option", "num_chains=3"], "repeats"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(tmp_path, argv, message, capsys):
@@ -43,6 +46,17 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, argv, message, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.startswith("error:") and "\n" not in err and message in err
+
+
+def test_option_passes_any_backend_option(tmp_path, capsys):
+    out = tmp_path / "hmc"
+    code = main(["fit", "--data", "toy1d", "--hidden", "4", "--backend", "hmc", "--chains", "2", "--warmup", "10",
+                 "--samples", "10", "--option", "num_steps=3", "--option", "compile=false", "--option", "init=current",
+                 "--quiet", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    options = json.loads((out / "config.json").read_text())["backend_options"]
+    assert options["num_steps"] == 3 and options["compile"] is False and options["init"] == "current"
+    assert load_posterior(out / "posterior").info["config"]["num_steps"] == 3
 
 
 def test_help_documents_commands():

@@ -16,7 +16,9 @@ from torch import nn
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit, load_posterior
 from inference.backends.hmc import Welford, adaptation_windows
+from inference.diagnostics import convergence_metrics, convergence_warning
 from inference.potential import Potential, initial_point
+from inference.runs import RunSpec, execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 FAST = {"compile": False, "init": "current"}
@@ -134,6 +136,41 @@ def test_divergences_are_counted_and_warned():
         post = fit(linear_bnn(data), data.x, data.y, backend="hmc", seed=0, progress=False, num_chains=2,
                    warmup_steps=0, num_samples=20, step_size=1.0, num_steps=5, **FAST)  # fmt: skip
     assert post.info["divergences"] == int(post.sample_stats["diverging"].sum()) > 0
+
+
+def test_tree_depth_saturation_is_counted_warned_and_exported():
+    data = make_conjugate_regression()
+    with pytest.warns(RuntimeWarning, match="maximum tree depth 1"):
+        post = fit(linear_bnn(data), data.x, data.y, backend="nuts", seed=0, progress=False, num_chains=2,
+                   warmup_steps=30, num_samples=40, max_tree_depth=1, **FAST)  # fmt: skip
+    depth = post.sample_stats["tree_depth"]
+    assert post.info["tree_depth_saturated"] == int((depth >= 1).sum()) == depth.numel()  # one doubling: always at the cap
+    idata = post.to_arviz(data.x, data.y)
+    assert idata.attrs["max_tree_depth"] == 1
+    assert convergence_metrics(idata)["tree_depth_saturated"] == 1.0
+
+
+def test_unmixed_chains_are_reported_and_warned(tmp_path):
+    spec = RunSpec(data="toy1d", hidden=[8], backend="hmc", backend_options={
+        "num_chains": 2, "warmup_steps": 0, "num_samples": 30, "num_steps": 1, "step_size": 1e-6,
+        "init": "current", "init_jitter": 1.0, "compile": False})  # fmt: skip
+    with pytest.warns(RuntimeWarning, match=r"rhat_max .* > 1.05: the chains disagree"):
+        metrics = execute(spec, tmp_path, progress=False)
+    assert metrics["rhat_max"] > 1.05 and "tree_depth_saturated" not in metrics  # static HMC has no trees
+
+
+@pytest.mark.parametrize(
+    "metrics, expected",
+    [
+        ({"rhat_max": None}, None),
+        ({"rhat_max": 1.04}, None),
+        ({"rhat_max": 1.3}, "chains disagree"),
+        ({"rhat_max": 1.3, "tree_depth_saturated": 0.9}, "90% of the NUTS trajectories hit the maximum tree depth"),
+    ],
+)
+def test_convergence_warning_text(metrics, expected):
+    text = convergence_warning(metrics)
+    assert text is None if expected is None else expected in text
 
 
 @pytest.mark.parametrize("dense", [False, True])

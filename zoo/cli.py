@@ -65,6 +65,9 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--thin", type=_positive_int, help="keep every k-th draw")
     parser.add_argument("--step-size", type=float, help="(initial) sampler step size")
     parser.add_argument("--mc-kl-samples", type=_positive_int, help="Monte Carlo samples M of the Radial guide's KL")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="any other backend option, repeatable, e.g. --option max_tree_depth=8 "
+                             "--option dense_mass=true (values are JSON: numbers, true/false, strings)")
     parser.add_argument("--prune", default="none", choices=["none", "principled", "random"],
                         help="prune variational layers after fitting")
     parser.add_argument("--report", action="store_true", help="also write an HTML diagnostics report into --out")
@@ -80,6 +83,10 @@ def spec_from_args(args):
 
     noise = args.noise if args.noise == "learned" else _float_arg("--noise", args.noise)
     options = {BACKEND_FLAGS[k]: getattr(args, k) for k in BACKEND_FLAGS if getattr(args, k) is not None}
+    for key, value in (_option_arg(text) for text in args.option):
+        if key in options:
+            raise ValueError(f"--option {key}=... repeats a value already given (by its own flag or an earlier --option)")
+        options[key] = value
     return RunSpec(
         data=args.data,
         model=args.model,
@@ -102,6 +109,17 @@ def spec_from_args(args):
     )
 
 
+def _option_arg(text: str) -> tuple:
+    """``KEY=VALUE`` of ``--option``; VALUE is read as JSON (``8``, ``1e-3``, ``true``), else kept as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--option takes KEY=VALUE (e.g. max_tree_depth=8), got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
 def _float_arg(flag, text):
     try:
         return float(text)
@@ -110,7 +128,7 @@ def _float_arg(flag, text):
 
 
 SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "sparsity", "rhat_max",
-                "ess_bulk_min", "divergences", "fit_seconds")
+                "ess_bulk_min", "divergences", "tree_depth_saturated", "fit_seconds")
 
 
 def _run_fit(args) -> int:

@@ -512,6 +512,13 @@ def sample_chains(potential: Potential, z0: torch.Tensor, transition: Callable, 
     return keep, stats, record
 
 
+def count_saturated(stats: dict, max_tree_depth) -> int:
+    """Post-warm-up NUTS transitions whose tree reached ``max_tree_depth`` (Stan's tree-depth warning); 0 for HMC."""
+    if not max_tree_depth or "tree_depth" not in stats:
+        return 0
+    return int((stats["tree_depth"] >= max_tree_depth).sum())
+
+
 class HMCBackend(Backend):
     """Static HMC over the random sites (see the module docstring)."""
 
@@ -543,6 +550,16 @@ class HMCBackend(Backend):
                 RuntimeWarning,
                 stacklevel=3,
             )
+        saturated = count_saturated(stats, getattr(config, "max_tree_depth", None))
+        if saturated:
+            warnings.warn(
+                f"{self.name}: {saturated} of {stats['tree_depth'].numel()} post-warm-up transitions hit the maximum "
+                f"tree depth {config.max_tree_depth}: their trajectories were cut short, so the chains move slowly "
+                f"(expect low ESS and high R-hat); raise max_tree_depth, or simplify / reparameterise a badly "
+                f"conditioned posterior (docs/mcmc.md, 'When NUTS does not mix')",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         info = {
             "backend": self.name,
             "config": asdict(config),
@@ -551,6 +568,7 @@ class HMCBackend(Backend):
             "num_chains": config.num_chains,
             "num_random": potential.dim,
             "divergences": divergences,
+            "tree_depth_saturated": saturated,
             **init_record,
             **record,
             "fit_seconds": time.perf_counter() - started,

@@ -16,7 +16,7 @@ from .rundata import NotApplicable, Run
 __all__ = ["runs_table", "loo_compare", "calibration_overlay"]
 
 METRIC_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "sparsity", "rhat_max", "ess_bulk_min",
-               "divergences", "fit_seconds")
+               "divergences", "tree_depth_saturated", "fit_seconds")
 
 
 def runs_table(runs: list[Run], links: dict) -> str:
