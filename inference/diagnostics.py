@@ -14,7 +14,8 @@ import numpy as np
 
 from .arviz_export import quiet_arviz
 
-__all__ = ["PREDICTIVE_VARS", "RHAT_WARNING", "predictive_summary", "convergence_metrics", "convergence_warning"]
+__all__ = ["PREDICTIVE_VARS", "RHAT_WARNING", "predictive_summary", "convergence_metrics", "convergence_warning",
+           "tree_depth_saturation"]
 
 PREDICTIVE_VARS = ("f_mean", "log_joint")
 
@@ -54,8 +55,16 @@ def convergence_metrics(idata: az.InferenceData) -> dict:
         out["divergences"] = int(stats["diverging"].values.sum())
     max_depth = idata.attrs.get("max_tree_depth")
     if stats is not None and "tree_depth" in stats and max_depth:
-        out["tree_depth_saturated"] = float(np.mean(stats["tree_depth"].values >= int(max_depth)))
+        out["tree_depth_saturated"] = tree_depth_saturation(stats["tree_depth"].values, max_depth)
     return out
+
+
+def tree_depth_saturation(tree_depth, max_tree_depth: int) -> float:
+    """Fraction of NUTS transitions whose tree reached ``max_tree_depth`` (Stan's tree-depth warning).
+
+    ``tree_depth``: per-draw depths, any array shape (numpy or CPU torch).
+    """
+    return float(np.mean(np.asarray(tree_depth) >= int(max_tree_depth)))
 
 
 def convergence_warning(metrics: dict):

@@ -35,6 +35,7 @@ import pyro
 import torch
 from tqdm.auto import tqdm
 
+from ..diagnostics import tree_depth_saturation
 from ..posterior import SamplePosterior
 from ..potential import INIT_STRATEGIES, Potential, compiled, frozen_deterministic, initial_point
 from .base import Backend, NonFiniteLossError
@@ -512,13 +513,6 @@ def sample_chains(potential: Potential, z0: torch.Tensor, transition: Callable, 
     return keep, stats, record
 
 
-def count_saturated(stats: dict, max_tree_depth) -> int:
-    """Post-warm-up NUTS transitions whose tree reached ``max_tree_depth`` (Stan's tree-depth warning); 0 for HMC."""
-    if not max_tree_depth or "tree_depth" not in stats:
-        return 0
-    return int((stats["tree_depth"] >= max_tree_depth).sum())
-
-
 class HMCBackend(Backend):
     """Static HMC over the random sites (see the module docstring)."""
 
@@ -550,11 +544,11 @@ class HMCBackend(Backend):
                 RuntimeWarning,
                 stacklevel=3,
             )
-        saturated = count_saturated(stats, getattr(config, "max_tree_depth", None))
+        saturated = tree_depth_saturation(stats["tree_depth"], config.max_tree_depth) if "tree_depth" in stats else 0.0
         if saturated:
             warnings.warn(
-                f"{self.name}: {saturated} of {stats['tree_depth'].numel()} post-warm-up transitions hit the maximum "
-                f"tree depth {config.max_tree_depth}: their trajectories were cut short, so the chains move slowly "
+                f"{self.name}: {saturated:.0%} of the post-warm-up transitions hit the maximum tree depth "
+                f"{config.max_tree_depth}: their trajectories were cut short, so the chains move slowly "
                 f"(expect low ESS and high R-hat); raise max_tree_depth, or simplify / reparameterise a badly "
                 f"conditioned posterior (docs/mcmc.md, 'When NUTS does not mix')",
                 RuntimeWarning,

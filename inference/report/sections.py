@@ -12,6 +12,7 @@ from __future__ import annotations
 import arviz as az
 import numpy as np
 
+from ..diagnostics import tree_depth_saturation
 from . import plots
 from .html import fmt, frame_table, image, note, paragraph, table
 from .rundata import NotApplicable, Run
@@ -187,7 +188,7 @@ def sampler(run: Run) -> str:
         parts.append(table(rows, header))
     max_depth = (run.info.get("config") or {}).get("max_tree_depth")
     if "tree_depth" in stats and max_depth:
-        share = float(np.mean(stats["tree_depth"].values >= max_depth))
+        share = tree_depth_saturation(stats["tree_depth"].values, max_depth)
         if share > 0.05:
             parts.append(note(f"{share:.0%} of draws hit the maximum tree depth {max_depth}: trajectories were cut "
                               "short (a smaller step size forced by curvature); sampling is slow and may be "
