@@ -1,4 +1,6 @@
 """Tests of zoo.architectures: shapes, names, functional_call / vmap, forward order."""
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -29,13 +31,18 @@ def _perturbed(net: nn.Module, scale: float = 0.5) -> dict:
 
 
 def _assert_vmap_matches_loop(net: nn.Module, x: torch.Tensor, n_sets: int = 3) -> None:
+    """vmap over parameter sets equals a loop.  Compared in float64: float32 convolution and
+    matmul kernels sum in CPU-dependent orders (errors ~1e-4 over reductions of a few hundred
+    terms), whereas float64 leaves ~1e-13, far below any real batching bug."""
+    net = copy.deepcopy(net).double()
+    x = x.double() if x.is_floating_point() else x
     sets = [_perturbed(net) for _ in range(n_sets)]
     stacked = {k: torch.stack([s[k] for s in sets]) for k in sets[0]}
     with torch.no_grad():
         batched = vmap(lambda p, inp: functional_call(net, p, (inp,)), in_dims=(0, None))(stacked, x)
         looped = torch.stack([functional_call(net, s, (x,)) for s in sets])
     assert batched.shape == looped.shape
-    torch.testing.assert_close(batched, looped, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(batched, looped, rtol=1e-9, atol=1e-9)
     assert not torch.allclose(looped[0], looped[1])  # the parameter sets really differ
 
 

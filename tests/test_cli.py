@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from inference import load_netcdf, load_posterior
-from zoo.cli import main
+from lab.cli import main
 
 REQUIRED_KEYS = {"rmse", "test_ll", "coverage_90", "fit_seconds", "n_train", "n_test", "backend", "stochastic",
                  "data", "split", "seed"}

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from inference.runs import RunSpec
-from zoo import experiment_grids as grids
+from lab.runs import RunSpec
+from lab import grids
 from zoo.architectures import build_architecture
-from zoo.cli import main
+from lab.cli import main
 from zoo.datasets import Dataset, load_euler
-from zoo.experiment_grids import EXPERIMENTS, Experiment, Run, euler_increments, frozen_features, wrap_degrees
-from zoo.experiments import is_finished, run_experiment, summarise
+from lab.grids import EXPERIMENTS, Experiment, Run, euler_increments, frozen_features, wrap_degrees
+from lab.experiments import is_finished, run_experiment, summarise
 
 
 def _mtimes(out):

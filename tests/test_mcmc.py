@@ -18,7 +18,7 @@ from inference import NonFiniteLossError, fit, load_posterior
 from inference.backends.hmc import Welford, adaptation_windows
 from inference.diagnostics import convergence_metrics, convergence_warning
 from inference.potential import Potential, initial_point
-from inference.runs import RunSpec, execute
+from lab.runs import RunSpec, execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 FAST = {"compile": False, "init": "current"}

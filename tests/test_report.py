@@ -17,9 +17,9 @@ import torch
 
 from inference import BACKENDS, SamplePosterior, evaluate, load_netcdf, save_netcdf
 from inference.diagnostics import convergence_metrics
-from inference.report import render_section, write_comparison, write_report
+from lab.report import render_section, write_comparison, write_report
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
-from zoo.cli import main
+from lab.cli import main
 from zoo.datasets import load_dataset
 
 IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')

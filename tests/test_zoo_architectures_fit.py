@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from inference import fit, load_posterior
-from inference.runs import RunSpec, build_model, execute
+from lab.runs import RunSpec, build_model, execute
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
 from zoo.architectures import build_architecture
 from zoo.datasets import load_uci_full_random_split

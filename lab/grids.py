@@ -1,6 +1,6 @@
-"""The named experiment grids of ``python -m zoo experiment NAME`` (run by :mod:`zoo.experiments`).
+"""The named experiment grids of ``python -m zoo experiment NAME`` (run by :mod:`lab.experiments`).
 
-A grid is a list of :class:`Run` s: a :class:`inference.runs.RunSpec`, the labels that
+A grid is a list of :class:`Run` s: a :class:`lab.runs.RunSpec`, the labels that
 identify its configuration in the result tables, and optionally a dataset builder (a
 name in :data:`DATASETS`, for data that :func:`zoo.datasets.load_dataset` cannot
 express) and a prerequisite run whose output the builder reads (e.g. last-layer
@@ -26,7 +26,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from inference.runs import RunSpec
+from lab.runs import RunSpec
 from zoo.datasets import BUNDLED_UCI, Dataset, load_dataset, load_uci_full_random_split
 
 __all__ = ["Run", "Experiment", "EXPERIMENTS", "DATASETS", "EXTRAS", "load_run_data", "available_backends",
@@ -39,7 +39,7 @@ class Run:
 
     Attributes:
         key: the run directory's name under ``OUT/runs/`` (unique in the grid).
-        spec: what :func:`inference.runs.execute` runs.
+        spec: what :func:`lab.runs.execute` runs.
         labels: configuration columns of the result tables (e.g. ``{"variant": "full SVI"}``).
         dataset: a name in :data:`DATASETS` building the data, or ``None`` for
             ``load_dataset(spec.data, split, seed, **spec.data_options)``.
@@ -181,7 +181,7 @@ def frozen_features(data: Dataset, net: torch.nn.Module, cutoff: float = WHITENI
 
 
 def load_run_data(run: Run, root, prerequisite: Optional[Run] = None) -> Optional[Dataset]:
-    """The data of ``run`` (``None``: :func:`inference.runs.execute` loads ``spec.data`` itself).
+    """The data of ``run`` (``None``: :func:`lab.runs.execute` loads ``spec.data`` itself).
 
     ``root`` is the folder of the grid's run directories; ``prerequisite`` the run named by
     ``run.after`` (its data is the base of a ``frozen-features`` dataset).
@@ -260,7 +260,7 @@ def _standardised_rmse(prediction, data: Dataset) -> dict:
 EXTRAS: dict[str, Callable] = {"euler": _euler_metrics, "confidence": _confidence_curve,
                                "rmse_std": _standardised_rmse}
 """Extra metrics ``(prediction, data) -> {name: float}`` from the test-set
-:class:`~inference.posterior.Prediction` that :func:`inference.runs.execute` evaluated."""
+:class:`~inference.posterior.Prediction` that :func:`lab.runs.execute` evaluated."""
 
 
 

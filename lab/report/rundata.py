@@ -1,4 +1,4 @@
-"""A run directory (written by :func:`inference.runs.execute`) opened for reporting.
+"""A run directory (written by :func:`lab.runs.execute`) opened for reporting.
 
 :class:`Run` reads ``metrics.json``, ``config.json`` and ``posterior.nc`` eagerly and the
 saved posterior, the dataset and a test-set prediction lazily: a section that needs one
@@ -54,7 +54,7 @@ class Run:
     # ------------------------------------------------------------------ lazily loaded parts
     @cached_property
     def idata(self):
-        from ..arviz_export import load_netcdf
+        from inference.arviz_export import load_netcdf
 
         path = self.dir / "posterior.nc"
         if not path.exists():
@@ -63,7 +63,7 @@ class Run:
 
     @cached_property
     def posterior(self):
-        from ..posterior import load_posterior
+        from inference.posterior import load_posterior
 
         try:
             return load_posterior(self.dir / "posterior")

@@ -63,7 +63,7 @@ def family_rule(posterior):
     Falls back to sparse VD's log α > 3 for guides without one (e.g. ``AutoNormal``).
     """
     try:
-        from ..variational.pruning import sparsity
+        from inference.variational.pruning import sparsity
 
         report = sparsity(posterior)
     except (ImportError, ValueError):

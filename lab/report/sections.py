@@ -1,7 +1,7 @@
 """Per-run report sections about the fit itself: identity, convergence, sampler, optimisation.
 
-Every builder takes a :class:`~inference.report.rundata.Run` and returns the section's
-HTML body, or raises :class:`~inference.report.rundata.NotApplicable` with a one-line
+Every builder takes a :class:`~lab.report.rundata.Run` and returns the section's
+HTML body, or raises :class:`~lab.report.rundata.NotApplicable` with a one-line
 reason.  Convergence is judged with ArviZ's rank-normalised split R-hat, bulk/tail ESS
 and MCSE (Vehtari et al. 2021) — primarily on predictive quantities (``f_mean``,
 ``log_joint``), because neuron-permutation symmetry makes per-weight R-hat large even
@@ -12,7 +12,7 @@ from __future__ import annotations
 import arviz as az
 import numpy as np
 
-from ..diagnostics import tree_depth_saturation
+from inference.diagnostics import tree_depth_saturation
 from . import plots
 from .html import fmt, frame_table, image, note, paragraph, table
 from .rundata import NotApplicable, Run

@@ -1,7 +1,7 @@
 """Experiment runner: ``python -m zoo experiment NAME [--fast] [--out DIR] [--executor local|ray]``.
 
-Runs a named grid of :mod:`zoo.experiment_grids` (dataset × architecture × stochastic subset ×
-backend × splits / seeds).  Every run goes through :func:`inference.runs.execute` into
+Runs a named grid of :mod:`lab.grids` (dataset × architecture × stochastic subset ×
+backend × splits / seeds).  Every run goes through :func:`lab.runs.execute` into
 ``DIR/runs/<key>/`` (``metrics.json``, ``posterior.nc``, ``posterior/``, ``config.json``); a run
 whose ``metrics.json`` is complete and whose ``config.json`` holds the same spec is skipped, so an
 interrupted sweep resumes where it stopped (and a changed grid re-runs what changed).
@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .experiment_grids import EXPERIMENTS, EXTRAS, Experiment, Run, load_run_data
+from .grids import EXPERIMENTS, EXTRAS, Experiment, Run, load_run_data
 
-__all__ = ["run_experiment", "run_one", "summarise", "add_arguments", "run", "EXECUTORS"]
+__all__ = ["run_experiment", "run_one", "summarise", "add_experiment_arguments", "run_experiment_command", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
 _DONE_KEY = "run_seconds"  # written last: a metrics.json without it is an unfinished run
@@ -63,7 +63,7 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
 
     import torch
 
-    import inference.runs
+    import lab.runs
     from inference.posterior import to_jsonable
     from zoo.datasets import load_dataset
 
@@ -76,14 +76,14 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
     out = Path(root) / run.key
     kept = {}
-    evaluate = inference.runs.evaluate
+    evaluate = lab.runs.evaluate
 
     def evaluate_and_keep(prediction, y):  # the extras reuse execute's test-set prediction
         kept["prediction"] = prediction
         return evaluate(prediction, y)
 
     with mock.patch.object(inference.runs, "evaluate", evaluate_and_keep):
-        metrics = inference.runs.execute(spec, out, progress=False, data=data)
+        metrics = lab.runs.execute(spec, out, progress=False, data=data)
     for name in run.extras:
         metrics.update(EXTRAS[name](kept["prediction"], data))
     if prerequisite is not None:  # e.g. the deterministic body a frozen-body head was fitted on
@@ -381,7 +381,7 @@ def _figure_sparse(summary, plt):
 
 
 def _figure_radial(summary, plt):
-    from .experiment_grids import CONFIDENCE_THRESHOLDS
+    from .grids import CONFIDENCE_THRESHOLDS
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, metric in zip(axes[:2], ("accuracy", "nll")):
@@ -427,7 +427,7 @@ def make_figures(name: str, summary, out: Path) -> list:
 # --------------------------------------------------------------------------------------------
 
 
-def add_arguments(parser) -> None:
+def add_experiment_arguments(parser) -> None:
     listing = "; ".join(f"{n}: {e.description}" for n, e in EXPERIMENTS.items() if not e.hidden)
     parser.add_argument("name", help=f"the grid to run. {listing}")
     parser.add_argument("--fast", action="store_true", help="the reduced grid (fewer splits/seeds/epochs)")
@@ -442,7 +442,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def run(args) -> int:
+def run_experiment_command(args) -> int:
     suffix = "-fast" if args.fast else ""
     out = Path(args.out or f"runs/experiments/{args.name}{suffix}")
     started = time.perf_counter()
@@ -456,11 +456,3 @@ def run(args) -> int:
         print(f"  wrote {path}")
     return 1 if report["failures"] else 0
 
-
-def _register() -> None:
-    from .cli import COMMANDS
-
-    COMMANDS["experiment"] = (add_arguments, run, "run a named experiment grid and write its result tables")
-
-
-_register()

@@ -32,11 +32,11 @@ from zoo.priors import make_prior
 from zoo.stochastic import ElementMasks
 from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
-from .arviz_export import save_netcdf
-from .backends import BACKENDS, fit, get_backend
-from .diagnostics import convergence_metrics, convergence_warning
-from .metrics import evaluate
-from .posterior import to_jsonable
+from inference.arviz_export import save_netcdf
+from inference.backends import BACKENDS, fit, get_backend
+from inference.diagnostics import convergence_metrics, convergence_warning
+from inference.metrics import evaluate
+from inference.posterior import to_jsonable
 
 __all__ = ["RunSpec", "build_model", "execute", "GENERIC_OPTIONS", "default_epochs"]
 
@@ -179,7 +179,7 @@ def execute(spec: RunSpec, out_dir, progress: bool = True, data: Optional[Datase
     fit_seconds = time.perf_counter() - started
     prune_report = None
     if spec.prune != "none":
-        from .variational.pruning import prune
+        from inference.variational.pruning import prune
 
         posterior, prune_report = prune(posterior, mode=spec.prune, seed=spec.seed)
     y_test = data.y_test_original() if data.task == "regression" else data.y_test

@@ -1,8 +1,8 @@
-"""Command line: ``python -m zoo COMMAND ...``.
+"""Command line: ``python -m zoo COMMAND ...`` (also ``python -m lab``).
 
-Commands register themselves in ``COMMANDS`` (name → (add_arguments, run)); ``fit``
-lives here, others (``experiment``, ``report``) in their own modules.  Bad arguments or
-data exit with status 2 and a one-line reason on stderr.
+``COMMANDS`` is the explicit table name → (add_arguments, run, help) of ``fit`` (here),
+``experiment`` (:mod:`lab.experiments`) and ``report`` (:mod:`lab.report`).  Bad arguments
+or data exit with status 2 and a one-line reason on stderr.
 """
 from __future__ import annotations
 
@@ -10,6 +10,18 @@ import argparse
 import json
 import sys
 from typing import Callable
+
+import torch
+
+from inference.backends import BACKENDS, NonFiniteLossError
+from zoo.architectures import ARCHITECTURES
+from zoo.datasets import DATASET_SPECS
+from zoo.priors import PRIORS
+from zoo.stochastic import SELECTOR_NAMES
+
+from .experiments import add_experiment_arguments, run_experiment_command
+from .report import add_report_arguments, run_report_command, write_report
+from .runs import RunSpec, execute
 
 __all__ = ["main", "COMMANDS", "build_parser"]
 
@@ -31,12 +43,6 @@ def _positive_int(text: str) -> int:
 
 
 def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
-    from inference.backends import BACKENDS
-    from zoo.architectures import ARCHITECTURES
-    from zoo.datasets import DATASET_SPECS
-    from zoo.priors import PRIORS
-    from zoo.stochastic import SELECTOR_NAMES
-
     data_help = "; ".join(f"{k}: {v}" for k, v in DATASET_SPECS.items())
     parser.add_argument("--data", required=True, help=f"dataset spec. {data_help}")
     parser.add_argument("--model", default="mlp", help=f"architecture: {', '.join(ARCHITECTURES)} (default mlp)")
@@ -79,7 +85,7 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args):
-    from inference.runs import RunSpec
+    from lab.runs import RunSpec
 
     noise = args.noise if args.noise == "learned" else _float_arg("--noise", args.noise)
     options = {BACKEND_FLAGS[k]: getattr(args, k) for k in BACKEND_FLAGS if getattr(args, k) is not None}
@@ -134,13 +140,13 @@ SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "spa
 def _run_fit(args) -> int:
     import torch
 
-    from inference.runs import execute
+    from lab.runs import execute
 
     torch.set_num_threads(args.threads)
     spec = spec_from_args(args)
     metrics = execute(spec, args.out, progress=not args.quiet)
     if args.report:
-        run_command(["report", args.out])
+        print(f"wrote {write_report(args.out)}")
     rows = [(k, metrics[k]) for k in SUMMARY_KEYS if k in metrics]
     width = max(len(k) for k, _ in rows)
     print(f"{spec.data} · {spec.model} · stochastic={spec.stochastic} · backend={spec.backend} · split {spec.split} · seed {spec.seed}")
@@ -152,23 +158,14 @@ def _run_fit(args) -> int:
 
 COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "fit": (_add_fit_arguments, _run_fit, "fit one model on one dataset and write a run directory"),
+    "experiment": (add_experiment_arguments, run_experiment_command,
+                   "run a named experiment grid and write its result tables"),
+    "report": (add_report_arguments, run_report_command,
+               "write HTML posterior-diagnostics reports for run directories"),
 }
 
 
-def _load_plugin_commands() -> None:
-    """Commands defined in other modules register themselves on import."""
-    import importlib
-
-    for module in ("zoo.experiments", "inference.report"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-
-
 def build_parser() -> argparse.ArgumentParser:
-    _load_plugin_commands()
     parser = argparse.ArgumentParser(
         prog="python -m zoo",
         description="A Pyro model zoo of partially stochastic Bayesian neural networks.",
@@ -186,8 +183,6 @@ def run_command(argv) -> int:
 
 
 def main(argv=None) -> int:
-    from inference.backends import NonFiniteLossError
-
     try:
         return run_command(sys.argv[1:] if argv is None else argv)
     except NonFiniteLossError as err:

@@ -18,7 +18,6 @@ import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
-from zoo.cli import COMMANDS
 
 from . import compare, layers, predictive, sections
 from .html import Section, note, page
@@ -107,13 +106,13 @@ def write_comparison(run_dirs: Sequence, out=None, reports: dict | None = None) 
 
 
 # ---------------------------------------------------------------------- command line
-def add_arguments(parser) -> None:
+def add_report_arguments(parser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by 'fit --out'")
     parser.add_argument("--out", help="output file: the report (one run) or the comparison page (several runs; "
                                       "default comparison.html in the runs' common folder)")
 
 
-def run(args) -> int:
+def run_report_command(args) -> int:
     dirs = [Path(d) for d in args.run_dirs]
     for d in dirs:
         open_run(d)  # fail early, with a clear message, before any work
@@ -128,5 +127,3 @@ def run(args) -> int:
     print(f"wrote {write_comparison(dirs, args.out, reports)}")
     return 0
 
-
-COMMANDS["report"] = (add_arguments, run, "write HTML posterior-diagnostics reports for run directories")

@@ -18,7 +18,7 @@ import arviz as az
 import numpy as np
 import torch
 
-from ..metrics import expected_calibration_error
+from inference.metrics import expected_calibration_error
 from . import plots
 from .html import fmt, image, note, paragraph, table
 from .rundata import NotApplicable, Run
