@@ -22,6 +22,7 @@ Runs are interleaved (ours, stock, ours, ...) and ours is summarised by the medi
 
     python benchmarks/nuts_tiny_bnn.py                 # ~8-10 min on 2 busy cores
     python benchmarks/nuts_tiny_bnn.py --repeats 1 --stock-warmup 20 --stock-samples 40  # quicker, noisier
+    python benchmarks/nuts_tiny_bnn.py --skip-stock --repeats 3   # only ours (e.g. before/after a change)
 """
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ def main():
     parser.add_argument("--stock-warmup", type=int, default=50)
     parser.add_argument("--stock-samples", type=int, default=100)
     parser.add_argument("--stock-full", action="store_true", help="run stock for the full 200 + 200")
+    parser.add_argument("--skip-stock", action="store_true", help="time only ours (no stock run, no ratio)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # same budget for both; the machine has 2 shared cores
     x, y, x_test = data()
@@ -152,7 +154,7 @@ def main():
             f"tree depth {o['mean_tree_depth']:.2f}, leapfrog/iter {o['mean_leapfrog_steps']:.0f}, divergences {o['divergences']}",
             flush=True,
         )
-        if stock is None:
+        if stock is None and not args.skip_stock:
             stock = run_stock(x, y, x_test, stock_w, stock_s, seed=0)
             print(
                 f"stock run: {stock['seconds']:7.1f} s for {stock_w} warm-up + {stock_s} draws (1 chain); "
@@ -163,6 +165,11 @@ def main():
     ours_seconds = statistics.median(o["seconds"] for o in ours)
     ours_ess_mean = statistics.median(float(o["ess"].mean()) for o in ours)
     ours_ess_min = statistics.median(float(o["ess"].min()) for o in ours)
+    ours_sampling = statistics.median(o["sampling_seconds"] for o in ours)
+    summary = f"ours ({args.chains} chains, median of {len(ours)}): {ours_seconds:.0f} s, bulk ESS mean {ours_ess_mean:.0f} min {ours_ess_min:.0f}"
+    if args.skip_stock:
+        print(f"\n{summary}; sampling phase {ours_sampling:.1f} s")
+        return
     if args.stock_full:
         s_seconds, s_ess = stock["seconds"], stock["ess"]
         note = "measured"
@@ -173,7 +180,7 @@ def main():
             f"(per-iteration cost x iterations; ESS per draw x {SAMPLES} draws)"
         )
     print(f"\nstock Pyro NUTS ({note}): {s_seconds:.0f} s, bulk ESS mean {s_ess.mean():.0f} min {s_ess.min():.0f}")
-    print(f"ours ({args.chains} chains, median of {len(ours)}): {ours_seconds:.0f} s, bulk ESS mean {ours_ess_mean:.0f} min {ours_ess_min:.0f}")
+    print(summary)
     stock_rate, ours_rate = s_ess.mean() / s_seconds, ours_ess_mean / ours_seconds
     print(f"ESS/s (mean over the 7 points): stock {stock_rate:.3f}, ours {ours_rate:.2f}")
     print(f"ESS/s (min over the 7 points):  stock {s_ess.min() / s_seconds:.3f}, ours {ours_ess_min / ours_seconds:.2f}")

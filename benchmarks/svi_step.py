@@ -27,10 +27,11 @@ import pyro
 import torch
 import torch.nn.functional as F
 
-from inference.backends.svi import SVIConfig, _scheduler
+from inference.backends.svi import SVIConfig
 from inference.backends.variational import GravesConfig
 from inference.elbo import elbo_terms
 from inference.guides import build_guide
+from inference.training import lr_scheduler as _scheduler
 from zoo import BayesianNetwork, CategoricalLikelihood
 from zoo.architectures import build_architecture
 
@@ -58,7 +59,7 @@ def baseline_step(x, y):
 
 
 def library_step(x, y, estimator, pyro_path=False):
-    """The per-step work of :func:`inference.backends.svi.run_training_loop` for one backend."""
+    """The per-step work of :func:`inference.training.run_training_loop` for one backend."""
     bnn = _bnn()
     if pyro_path:
         config = SVIConfig(lr=1e-3)

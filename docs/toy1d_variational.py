@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from inference import evaluate, fit  # noqa: E402
 from zoo import BayesianNetwork, GaussianLikelihood  # noqa: E402
 from zoo.architectures import build_architecture  # noqa: E402
-from zoo.datasets import load_dataset, toy1d_curve  # noqa: E402
+from zoo.data import load_dataset, toy1d_curve  # noqa: E402
 
 FITS = {
     "sparse VD (Molchanov et al. 2017)": ("sparse-vd", "all", {}),

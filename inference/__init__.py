@@ -1,10 +1,15 @@
-"""How: inference backends, posteriors, prediction, metrics and ArviZ diagnostics."""
+"""How: inference backends, posteriors, prediction, metrics and ArviZ diagnostics.
+
+Importing the package changes no global state: no Pyro setting (guides switch Pyro's
+module-local parameter mode on only around their own construction and calls, see
+:mod:`inference.variational.protocol`) and no warning filter.
+"""
 import warnings
 
-# ArviZ 0.2x announces its 1.0 refactor on import; this project pins arviz < 1.0.
-warnings.filterwarnings("ignore", message="ArviZ is undergoing a major refactor", category=FutureWarning)
-
-from .arviz_export import load_netcdf, save_netcdf, to_inference_data
+with warnings.catch_warnings():
+    # ArviZ 0.2x announces its 1.0 refactor once, on import; this project pins arviz < 1.0
+    warnings.filterwarnings("ignore", message="ArviZ is undergoing a major refactor", category=FutureWarning)
+    from .arviz_export import load_netcdf, save_netcdf, to_inference_data
 from .backends import BACKENDS, NonFiniteLossError, fit, register_backend
 from .metrics import classification_metrics, evaluate, regression_metrics
 from .posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior

@@ -1,17 +1,23 @@
-"""The one place where posteriors become ArviZ ``InferenceData``.
+"""The one place where arrays of posterior draws become ArviZ ``InferenceData``.
 
-Groups written:
+This module takes plain tensors (draws, pointwise log-likelihoods, predictive summaries)
+and knows nothing about posteriors; :meth:`inference.posterior.Posterior.to_arviz`
+computes them and calls :func:`to_inference_data`.  Groups written:
 
 * ``posterior`` — every latent site ``[chain, draw, *site_shape]`` with named dims
-  ``<site>_dim_<i>`` (skip big networks' weights with ``include_weights=False``), plus
-  ``log_joint`` and the predictive mean ``f_mean`` at the given points as scalar-per-draw
-  quantities whose R-hat/ESS are meaningful for neural networks (weights are not
-  identifiable under neuron permutations);
+  ``<site>_dim_<i>`` (optional: big networks skip their weights), plus ``log_joint`` and
+  ``f_mean``, the network output at a few of the points (class probabilities for
+  classification): scalar-per-draw quantities whose R-hat/ESS are meaningful for neural
+  networks (weights are not identifiable under neuron permutations);
 * ``log_likelihood`` — pointwise ``obs`` ``[chain, draw, obs_id]`` in original units, so
-  ``az.loo`` / ``az.waic`` / ``az.compare`` work;
-* ``posterior_predictive`` — observation draws ``obs``;
-* ``observed_data`` — the targets;
-* ``sample_stats`` — the sampler's per-draw statistics, where the backend has them.
+  ``az.loo`` (Vehtari, Gelman & Gabry 2017) and ``az.waic`` (Watanabe 2010) work;
+* ``posterior_predictive`` — observation draws ``obs``; ``observed_data`` — the targets;
+* ``sample_stats`` — the sampler's per-draw statistics, where the backend has them;
+* ``predictions`` (optional) — per-point summaries of the run's own prediction, without
+  chain/draw dims: predictive ``mean``, ``sd``, ``epistemic_sd``, the PIT value ``pit``
+  (Gneiting & Raftery 2007), central-interval bounds ``lower_<p>``/``upper_<p>``,
+  ``log_predictive_density``, or mean class probabilities ``probs``;
+* ``constant_data`` (optional) — the inputs ``x`` ``[obs_id]`` when they are 1-D.
 
 Top-level ``attrs`` name the backend, the posterior kind, the task and, for NUTS, the
 ``max_tree_depth`` that ``sample_stats.tree_depth`` is read against.
@@ -26,8 +32,12 @@ from typing import Optional
 import arviz as az
 import numpy as np
 import torch
+import xarray as xr
 
-__all__ = ["to_inference_data", "save_netcdf", "load_netcdf", "quiet_arviz"]
+__all__ = ["to_inference_data", "save_netcdf", "load_netcdf", "quiet_arviz", "loo_subset", "MAX_LOO_POINTS"]
+
+#: PSIS-LOO on training data uses at most this many (seeded, random) points
+MAX_LOO_POINTS = 2000
 
 
 @contextlib.contextmanager
@@ -45,101 +55,104 @@ def quiet_arviz():
         logger.setLevel(level)
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
+def _np(t) -> np.ndarray:
+    return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+
+
+def loo_subset(n_train: int, seed: int, max_points: int = MAX_LOO_POINTS) -> torch.Tensor:
+    """Sorted training indices ``[min(n_train, max_points)]`` for PSIS-LOO/WAIC.
+
+    All points when ``n_train <= max_points``, else a random subset fixed by ``seed``.
+    """
+    if n_train < 1 or max_points < 1:
+        raise ValueError(f"loo_subset needs n_train >= 1 and max_points >= 1, got {n_train} and {max_points}")
+    if n_train <= max_points:
+        return torch.arange(n_train)
+    generator = torch.Generator().manual_seed(int(seed))
+    return torch.randperm(n_train, generator=generator)[:max_points].sort().values
 
 
 def to_inference_data(
-    posterior,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    num_samples: Optional[int] = None,
-    seed: int = 0,
-    include_weights: bool = True,
-    max_predictive_points: int = 16,
+    *,
+    task: str,
+    log_likelihood: torch.Tensor,
+    log_joint: torch.Tensor,
+    observed: torch.Tensor,
+    observation_draws: torch.Tensor,
+    f_points: torch.Tensor,
+    point_index,
+    params: Optional[dict] = None,
+    sample_stats: Optional[dict] = None,
+    predictions: Optional[dict] = None,
+    prediction_attrs: Optional[dict] = None,
+    x: Optional[torch.Tensor] = None,
+    attrs: Optional[dict] = None,
 ) -> az.InferenceData:
-    """Export ``posterior`` evaluated on data ``(x, y)`` (``y`` in original units).
+    """Assemble ``InferenceData`` from draws evaluated at ``N`` observations.
 
-    For variational posteriors the ``num_samples`` draws form a single chain; sampler
-    posteriors keep their chains and draws.  ``f_mean`` holds the network output at up
-    to ``max_predictive_points`` of the points (evenly spaced), ``[chain, draw, point, output]``.
+    Args:
+        task: ``"regression"`` or ``"classification"``.
+        log_likelihood: ``[C, D, N]`` log p(y_n | draw) in original units.
+        log_joint: ``[C, D]`` log prior + total log-likelihood per draw.
+        observed: targets ``[N, O]`` in original units, or class labels ``[N]``.
+        observation_draws: ``[C, D, N, O]`` (regression) or ``[C, D, N]`` (labels).
+        f_points: ``[C, D, P, O]`` outputs or ``[C, D, P, K]`` class probabilities at the
+            ``P`` observations ``point_index``.
+        params: ``{site: [C, D, *site_shape]}`` latent draws (left out when ``None``).
+        sample_stats: ``{name: [C, D]}`` sampler statistics.
+        predictions: ``{name: [N] or [N, O|K]}`` per-point summaries (see module docstring).
+        prediction_attrs: attributes of the ``predictions`` group (e.g. ``num_samples``, ``seed``).
+        x: ``[N]`` 1-D inputs written to ``constant_data``.
+        attrs: top-level attributes.
     """
-    bnn = posterior.bnn
-    draws = posterior.param_draws(num_samples, seed)
-    if draws:
-        chains, ndraws = next(iter(draws.values())).shape[:2]
-    else:
-        chains, ndraws = 1, 1
-    flat = {k: v.reshape(chains * ndraws, *v.shape[2:]) for k, v in draws.items()}
-    y_checked = posterior._check_targets(x, y)
-    pred = _predict_from_flat(posterior, flat, x, y_checked, seed)
-    shape = (chains, ndraws)
-    log_lik = pred.log_lik.reshape(*shape, -1)
-    with torch.no_grad():
-        log_joint = bnn.log_prior(flat) + pred.log_lik.sum(-1) if flat else pred.log_lik.sum(-1)
-    point_index = np.unique(np.linspace(0, x.shape[0] - 1, min(max_predictive_points, x.shape[0])).round().astype(int))
-
-    posterior_vars, dims = {}, {}
-    if include_weights:
-        for name, value in draws.items():
-            posterior_vars[name] = _np(value)
-            dims[name] = [f"{name}_dim_{i}" for i in range(value.dim() - 2)]
-    posterior_vars["log_joint"] = _np(log_joint.reshape(shape))
-    if pred.task == "regression":
-        f_sel = pred.f[:, point_index]
-        posterior_vars["f_mean"] = _np(f_sel.reshape(*shape, *f_sel.shape[1:]))
-        dims["f_mean"] = ["predictive_point", "output"]
-        y_obs = pred.y.reshape(*shape, *pred.y.shape[1:])
-        observed = _np(y_checked)
-        dims["obs"] = ["obs_id", "output"]
-    else:
-        p_sel = pred.probs[:, point_index]
-        posterior_vars["f_mean"] = _np(p_sel.reshape(*shape, *p_sel.shape[1:]))
-        dims["f_mean"] = ["predictive_point", "class"]
-        y_obs = pred.y.reshape(*shape, -1)
-        observed = _np(y_checked)
-        dims["obs"] = ["obs_id"]
-    coords = {"predictive_point": point_index, "obs_id": np.arange(x.shape[0])}
-    sample_stats = {k: _np(v) for k, v in getattr(posterior, "sample_stats", {}).items()}
+    if task not in ("regression", "classification"):
+        raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
+    n = observed.shape[0]
+    if log_likelihood.dim() != 3 or log_likelihood.shape[-1] != n:
+        raise ValueError(f"log_likelihood must be [chain, draw, {n}], got {tuple(log_likelihood.shape)}")
+    last = "output" if task == "regression" else "class"
+    posterior_vars, dims = {}, {"f_mean": ["predictive_point", last]}
+    for name, value in (params or {}).items():
+        posterior_vars[name] = _np(value)
+        dims[name] = [f"{name}_dim_{i}" for i in range(value.dim() - 2)]
+    posterior_vars["log_joint"] = _np(log_joint)
+    posterior_vars["f_mean"] = _np(f_points)
+    dims["obs"] = ["obs_id", "output"] if task == "regression" else ["obs_id"]
+    point_index = np.asarray(point_index)
+    coords = {"predictive_point": point_index, "obs_id": np.arange(n)}
+    stats = {k: _np(v) for k, v in (sample_stats or {}).items()}
     with quiet_arviz():
         idata = az.from_dict(
             posterior=posterior_vars,
-            posterior_predictive={"obs": _np(y_obs)},
-            observed_data={"obs": observed},
-            sample_stats=sample_stats or None,
+            posterior_predictive={"obs": _np(observation_draws)},
+            observed_data={"obs": _np(observed)},
+            sample_stats=stats or None,
             coords=coords,
             dims=dims,
-            attrs={
-                "backend": str(posterior.info.get("backend", "")),
-                "posterior_kind": posterior.kind,
-                "task": pred.task,
-                "num_random": int(bnn.num_random),
-                "units": "original target units",
-                **_sampler_limits(posterior.info),
-            },
+            attrs={"task": task, "units": "original target units", **(attrs or {})},
         )
         # pointwise log-likelihood has no output dim, so it gets its own dims
         idata.add_groups(
-            log_likelihood=az.dict_to_dataset({"obs": _np(log_lik)}, coords=coords, dims={"obs": ["obs_id"]})
+            log_likelihood=az.dict_to_dataset({"obs": _np(log_likelihood)}, coords=coords, dims={"obs": ["obs_id"]})
         )
+    extra = {}
+    if predictions:
+        data_vars = {}
+        for name, value in predictions.items():
+            value = _np(value)
+            if value.shape[0] != n:
+                raise ValueError(f"prediction summary {name!r} has {value.shape[0]} rows, expected {n}")
+            data_vars[name] = (("obs_id", last)[: value.ndim], value)
+        extra["predictions"] = xr.Dataset(data_vars, coords={"obs_id": coords["obs_id"]},
+                                          attrs=dict(prediction_attrs or {}))
+    if x is not None:
+        x = _np(x).reshape(n, -1)
+        if x.shape[1] == 1:
+            extra["constant_data"] = xr.Dataset({"x": (("obs_id",), x[:, 0])}, coords={"obs_id": coords["obs_id"]})
+    if extra:
+        with quiet_arviz():
+            idata.add_groups(**extra)
     return idata
-
-
-def _sampler_limits(info: dict) -> dict:
-    """Sampler settings the diagnostics need to read ``sample_stats`` (NUTS: ``max_tree_depth``)."""
-    depth = (info.get("config") or {}).get("max_tree_depth")
-    return {"max_tree_depth": int(depth)} if depth else {}
-
-
-def _predict_from_flat(posterior, flat: dict, x, y, seed):
-    """Predict with exactly the given draws (so the exported draws and log-likelihoods align)."""
-    from .posterior import SamplePosterior
-
-    bnn = posterior.bnn
-    if not flat:
-        return posterior.predict(x, num_samples=1, y=y, seed=seed)
-    fixed = SamplePosterior(bnn, {k: v.unsqueeze(0) for k, v in flat.items()}, info=posterior.info)
-    return fixed.predict(x, y=y, seed=seed)
 
 
 def save_netcdf(idata: az.InferenceData, path) -> None:
@@ -148,4 +161,5 @@ def save_netcdf(idata: az.InferenceData, path) -> None:
 
 
 def load_netcdf(path) -> az.InferenceData:
+    """Read an ``InferenceData`` written by :func:`save_netcdf` (every group, including ``predictions``)."""
     return az.from_netcdf(str(path), engine="h5netcdf")

@@ -4,7 +4,7 @@ For a guide q(z) and model p(y, z) the loss on a minibatch of size n out of N is
 
     L(β) = −(N/n) Σ_{i∈batch} E_q[log p(y_i | z)] + β · KL(q(z) ‖ p(z))
 
-(Blundell et al. 2015, eq. 8; β < 1 during KL annealing, seed 002 §4.2, eq. 4.2).  The
+(Blundell et al. 2015, eq. 8; β < 1 during KL annealing, Bowman et al. 2016).  The
 KL is computed per latent site: analytically where ``torch.distributions.kl_divergence``
 knows the pair (mean-field Normal guide on an unconstrained site against a Normal
 prior), through a guide's own ``site_kl(name, prior)`` hook where the guide provides one

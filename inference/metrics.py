@@ -8,6 +8,9 @@
   central interval iff (1−level)/2 ≤ u_n ≤ (1+level)/2.
 * Classification: accuracy, NLL (same log-mean-exp), Brier score and expected
   calibration error with 15 equal-width confidence bins (Guo et al. 2017).
+
+The ``*_from_*`` functions and :func:`calibration_bins` take the stored per-point summaries
+(PIT values, mean class probabilities), so reports compute the same numbers from files.
 """
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ __all__ = [
     "accuracy",
     "brier_score",
     "expected_calibration_error",
+    "ece_from_probs",
+    "calibration_bins",
+    "coverage_from_pit",
     "regression_metrics",
     "classification_metrics",
     "evaluate",
@@ -43,10 +49,20 @@ def coverage(pred, level: float) -> float:
     """Fraction of targets (all points and outputs) in the central ``level`` predictive interval."""
     if pred.pit is None:
         raise ValueError("coverage needs predictions made with targets: predict(x, y=y)")
+    return coverage_from_pit(pred.pit, level)
+
+
+def coverage_from_pit(pit, level: float) -> float:
+    """Fraction of PIT values ``u`` (any shape) with (1−level)/2 ≤ u ≤ (1+level)/2.
+
+    A target lies in the central ``level`` interval of its predictive distribution iff its
+    PIT value does (Gneiting & Raftery 2007).
+    """
     if not 0 < level < 1:
         raise ValueError(f"coverage level must be in (0, 1), got {level}")
+    pit = torch.as_tensor(pit)
     lo, hi = (1 - level) / 2, (1 + level) / 2
-    return float(((pred.pit >= lo) & (pred.pit <= hi)).float().mean())
+    return float(((pit >= lo) & (pit <= hi)).float().mean())
 
 
 def accuracy(pred, y: torch.Tensor) -> float:
@@ -62,18 +78,34 @@ def brier_score(pred, y: torch.Tensor) -> float:
 
 
 def expected_calibration_error(pred, y: torch.Tensor, num_bins: int = 15) -> float:
-    """ECE: Σ_b (n_b / N) |accuracy_b − confidence_b| over equal-width confidence bins."""
-    probs = pred.mean
-    confidence, predicted = probs.max(-1)
-    correct = (predicted == y).float()
-    edges = torch.linspace(0, 1, num_bins + 1)
-    bins = torch.bucketize(confidence, edges[1:-1], right=True)
+    """ECE of a prediction's mean class probabilities; see :func:`ece_from_probs`."""
+    return ece_from_probs(pred.mean, y, num_bins)
+
+
+def ece_from_probs(probs, labels, num_bins: int = 15) -> float:
+    """ECE = Σ_b (n_b / N) |accuracy_b − confidence_b| over equal-width confidence bins (Guo et al. 2017)."""
     ece = torch.zeros(())
-    for b in range(num_bins):
-        in_bin = bins == b
-        if in_bin.any():
-            ece = ece + in_bin.float().mean() * (correct[in_bin].mean() - confidence[in_bin].mean()).abs()
+    for confidence, accuracy_b, share in zip(*calibration_bins(probs, labels, num_bins)):
+        ece = ece + share * (accuracy_b - confidence).abs()
     return float(ece)
+
+
+def calibration_bins(probs, labels, num_bins: int = 15) -> tuple:
+    """Reliability-diagram bins of mean class probabilities ``probs [N, K]`` against labels ``[N]``.
+
+    Confidence is the largest class probability; bins are ``num_bins`` equal-width intervals of
+    [0, 1].  Returns ``(confidence, accuracy, share)``, each ``[B]`` over the ``B`` non-empty
+    bins: mean confidence, accuracy and the fraction of the ``N`` points in the bin.
+    """
+    probs, labels = torch.as_tensor(probs), torch.as_tensor(labels)
+    if probs.dim() != 2 or labels.shape != probs.shape[:1]:
+        raise ValueError(f"need probs [N, K] and labels [N], got {tuple(probs.shape)} and {tuple(labels.shape)}")
+    confidence, predicted = probs.max(-1)
+    correct = (predicted == labels).float()
+    bins = torch.bucketize(confidence, torch.linspace(0, 1, num_bins + 1)[1:-1], right=True)
+    rows = [(confidence[bins == b].mean(), correct[bins == b].mean(), (bins == b).float().mean())
+            for b in range(num_bins) if (bins == b).any()]
+    return tuple(torch.stack(column) for column in zip(*rows))
 
 
 def regression_metrics(pred, y: torch.Tensor) -> dict:

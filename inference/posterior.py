@@ -1,4 +1,5 @@
-"""One result object for every backend: :class:`Posterior`, and its :class:`Prediction`.
+"""One result object for every backend: :class:`Posterior` (its predictions are
+:class:`~inference.prediction.Prediction` objects).
 
 A posterior is a way to draw parameter sets ``{site: [S, *site_shape]}`` for a
 :class:`~zoo.bnn.BayesianNetwork`:
@@ -15,90 +16,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
+import numpy as np
 import pyro
 import torch
 
 from zoo.bnn import BayesianNetwork
 
+from .arviz_export import to_inference_data
+from .prediction import Prediction
+
 __all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior", "load_posterior", "POSTERIOR_KINDS"]
 
 #: upper bound on draws × points × outputs held by one batched forward pass
 _DEFAULT_ELEMENT_BUDGET = 2**24
-
-
-@dataclass
-class Prediction:
-    """Posterior predictive draws at ``N`` inputs.
-
-    Attributes:
-        task: ``"regression"`` or ``"classification"``.
-        f: network-output draws ``[S, N, O]``: regression outputs in *original* target
-            units, or class logits.
-        y: observation draws (noise included) ``[S, N, O]``, or class labels ``[S, N]``.
-        noise_var: regression noise variance per draw ``[S, 1, O]`` in original units.
-        log_lik: ``[S, N]`` log p(y_n | draw s) of given targets in original units, else ``None``.
-        pit: ``[N, O]`` predictive CDF at the given targets (regression), else ``None``.
-    """
-
-    task: str
-    f: torch.Tensor
-    y: torch.Tensor
-    noise_var: Optional[torch.Tensor] = None
-    log_lik: Optional[torch.Tensor] = None
-    pit: Optional[torch.Tensor] = None
-
-    @property
-    def num_samples(self) -> int:
-        return self.f.shape[0]
-
-    @property
-    def probs(self) -> torch.Tensor:
-        """Class-probability draws ``[S, N, K]`` (classification)."""
-        self._require("classification")
-        return torch.softmax(self.f, dim=-1)
-
-    @property
-    def mean(self) -> torch.Tensor:
-        """Predictive mean ``[N, O]`` (regression) or mean class probabilities ``[N, K]``."""
-        if self.task == "classification":
-            return self.probs.mean(0)
-        return self.f.mean(0)
-
-    @property
-    def sd(self) -> torch.Tensor:
-        """Predictive sd ``[N, O]`` including observation noise: sqrt(Var[f] + E[σ²])."""
-        self._require("regression")
-        return (self.f.var(0, unbiased=False) + self.noise_var.mean(0)).sqrt()
-
-    @property
-    def epistemic_sd(self) -> torch.Tensor:
-        """sd of the network output across draws ``[N, O]`` (no observation noise)."""
-        self._require("regression")
-        return self.f.std(0, unbiased=False)
-
-    def interval(self, level: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
-        """Central ``level`` predictive interval ``([N, O], [N, O])`` from the observation draws."""
-        self._require("regression")
-        if not 0 < level < 1:
-            raise ValueError(f"interval level must be in (0, 1), got {level}")
-        q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=self.y.dtype)
-        lo, hi = torch.quantile(self.y, q, dim=0)
-        return lo, hi
-
-    def log_predictive_density(self) -> torch.Tensor:
-        """``[N]`` log of the Monte Carlo average predictive density, log(1/S Σ_s p(y_n|w_s))."""
-        if self.log_lik is None:
-            raise ValueError("no targets were given to predict(); pass y=... to get log densities")
-        return torch.logsumexp(self.log_lik, dim=0) - math.log(self.log_lik.shape[0])
-
-    def _require(self, task):
-        if self.task != task:
-            raise ValueError(f"this quantity is defined for {task} predictions, not {self.task}")
 
 
 class Posterior:
@@ -162,12 +95,12 @@ class Posterior:
             seed: fixes the parameter draws (variational) and observation noise.
             chunk_size: draws per batched forward pass (default from a memory budget).
         """
-        from zoo.datasets import check_finite_array
+        from zoo.data import check_finite_array
 
         check_finite_array(x, "x")
         num_samples = self._check_num_samples(num_samples)
         if y is not None:
-            y = self._check_targets(x, y)
+            y = self.check_targets(x, y)
         bnn = self.bnn
         if chunk_size is None:
             per_draw = max(1, x.shape[0] * max(bnn.output_dim, 64))
@@ -206,8 +139,9 @@ class Posterior:
             return {"target_loc": self.bnn.target_loc, "target_scale": self.bnn.target_scale}
         return {}
 
-    def _check_targets(self, x, y):
-        from zoo.datasets import check_finite_array
+    def check_targets(self, x, y) -> torch.Tensor:
+        """``y`` validated against ``x`` and the model: finite, one row per input; regression ``[N, O]`` float."""
+        from zoo.data import check_finite_array
 
         y = torch.as_tensor(y)
         check_finite_array(y, "y")
@@ -220,11 +154,55 @@ class Posterior:
         return y
 
     # ------------------------------------------------------------------ export / io
-    def to_arviz(self, x, y, num_samples: Optional[int] = None, seed: int = 0, **kwargs):
-        """ArviZ ``InferenceData`` at data ``(x, y)``; see :func:`inference.arviz_export.to_inference_data`."""
-        from .arviz_export import to_inference_data
+    @torch.no_grad()
+    def to_arviz(self, x, y, num_samples: Optional[int] = None, seed: int = 0, include_weights: bool = True,
+                 max_predictive_points: int = 16, prediction: Optional[Prediction] = None):
+        """ArviZ ``InferenceData`` at data ``(x, y)`` (``y`` in original units); see :mod:`inference.arviz_export`.
 
-        return to_inference_data(self, x, y, num_samples=num_samples, seed=seed, **kwargs)
+        The exported draws are :meth:`param_draws` (variational: ``num_samples`` draws in one
+        chain); ``log_likelihood``, ``log_joint`` and ``f_mean`` (at up to ``max_predictive_points``
+        evenly spaced points) are evaluated at exactly those draws.  ``prediction``, the
+        :class:`Prediction` that ``predict(x, y=y, seed=seed)`` returned, is stored as per-point
+        summaries (:meth:`Prediction.summaries`) in the ``predictions`` group, so that reports
+        read it instead of predicting again; 1-D inputs ``x`` go to ``constant_data``.
+        """
+        y = self.check_targets(x, y)
+        if prediction is not None and prediction.f.shape[1] != x.shape[0]:
+            raise ValueError(f"prediction has {prediction.f.shape[1]} points but x has {x.shape[0]} rows")
+        bnn = self.bnn
+        draws = self.param_draws(num_samples, seed)
+        chains, ndraws = next(iter(draws.values())).shape[:2] if draws else (1, 1)
+        flat = {k: v.reshape(chains * ndraws, *v.shape[2:]) for k, v in draws.items()}
+        if flat:  # predict with exactly the exported draws, so draws and log-likelihoods align
+            fixed = SamplePosterior(bnn, {k: v.unsqueeze(0) for k, v in flat.items()}, info=self.info)
+            pred = fixed.predict(x, y=y, seed=seed)
+        else:
+            pred = self.predict(x, num_samples=1, y=y, seed=seed)
+        shape = (chains, ndraws)
+        log_joint = bnn.log_prior(flat) + pred.log_lik.sum(-1) if flat else pred.log_lik.sum(-1)
+        count = min(max_predictive_points, x.shape[0])
+        point_index = torch.as_tensor(np.unique(np.linspace(0, x.shape[0] - 1, count).round().astype(int)))
+        at_points = (pred.f if pred.task == "regression" else pred.probs)[:, point_index]
+        summaries, prediction_attrs = None, None
+        if prediction is not None:
+            summaries = prediction.summaries()
+            prediction_attrs = {"num_samples": prediction.num_samples, "seed": int(seed)}
+        return to_inference_data(
+            task=pred.task,
+            log_likelihood=pred.log_lik.reshape(*shape, -1),
+            log_joint=log_joint.reshape(shape),
+            observed=y,
+            observation_draws=pred.y.reshape(*shape, *pred.y.shape[1:]),
+            f_points=at_points.reshape(*shape, *at_points.shape[1:]),
+            point_index=point_index,
+            params=draws if include_weights else None,
+            sample_stats=getattr(self, "sample_stats", None),
+            predictions=summaries,
+            prediction_attrs=prediction_attrs,
+            x=x if x.dim() == 2 and x.shape[1] == 1 else None,
+            attrs={"backend": str(self.info.get("backend", "")), "posterior_kind": self.kind,
+                   "num_random": int(bnn.num_random), **_sampler_limits(self.info)},
+        )
 
     def _state(self) -> dict:
         raise NotImplementedError
@@ -345,6 +323,12 @@ class SamplePosterior(Posterior):
     @classmethod
     def _from_state(cls, bnn, state, info):
         return cls(bnn, state["draws"], state["sample_stats"], info)
+
+
+def _sampler_limits(info: dict) -> dict:
+    """Sampler settings the diagnostics need to read ``sample_stats`` (NUTS: ``max_tree_depth``)."""
+    depth = (info.get("config") or {}).get("max_tree_depth")
+    return {"max_tree_depth": int(depth)} if depth else {}
 
 
 POSTERIOR_KINDS = {cls.kind: cls for cls in (VariationalPosterior, SamplePosterior)}

@@ -1,7 +1,7 @@
 """A flat-vector log density over a :class:`~zoo.bnn.BayesianNetwork`'s random sites.
 
-Samplers (HMC/NUTS in :mod:`inference.backends.hmc`, SG-MCMC in
-:mod:`inference.backends.sgmcmc`) work on one unconstrained vector per chain,
+Samplers (the parts in :mod:`inference.mcmc`, assembled by :mod:`inference.backends.hmc`
+and :mod:`inference.backends.sgmcmc`) work on one unconstrained vector per chain,
 ``z ∈ R^D`` stacked as ``[C, D]``.  Site ``s`` occupies a slice of ``z``; constrained
 latents (e.g. the noise precision, support ``(0, ∞)``) are mapped with
 ``T_s = biject_to(prior_s.support)`` and the density gains the log-Jacobian:

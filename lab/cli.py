@@ -1,27 +1,35 @@
 """Command line: ``python -m zoo COMMAND ...`` (also ``python -m lab``).
 
 ``COMMANDS`` is the explicit table name → (add_arguments, run, help) of ``fit`` (here),
-``experiment`` (:mod:`lab.experiments`) and ``report`` (:mod:`lab.report`).  Bad arguments
-or data exit with status 2 and a one-line reason on stderr.
+``experiment`` (:mod:`lab.experiments`) and ``report`` (:mod:`lab.report`).  Every argument, option
+and the output path are validated before any fitting: bad ones exit with status 2 and a one-line
+reason on stderr (so does ``--out`` at an existing run without ``--overwrite``, or an experiment
+folder another process is using).  A fit whose posterior is unusable (:class:`lab.runs.RunFailed`,
+non-finite losses) exits with 1, Ctrl-C with 130 and SIGTERM with 143, each with one line; an
+interrupted fit leaves no partial run behind.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 from typing import Callable
 
 import torch
 
 from inference.backends import BACKENDS, NonFiniteLossError
+from inference.variational.pruning import PRUNE_MODES
 from zoo.architectures import ARCHITECTURES
-from zoo.datasets import DATASET_SPECS
+from zoo.data import DATASET_SPECS
 from zoo.priors import PRIORS
 from zoo.stochastic import SELECTOR_NAMES
 
 from .experiments import add_experiment_arguments, run_experiment_command
 from .report import add_report_arguments, run_report_command, write_report
-from .runs import RunSpec, execute
+from .runs import RunFailed, RunSpec, execute
 
 __all__ = ["main", "COMMANDS", "build_parser"]
 
@@ -42,6 +50,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
 def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     data_help = "; ".join(f"{k}: {v}" for k, v in DATASET_SPECS.items())
     parser.add_argument("--data", required=True, help=f"dataset spec. {data_help}")
@@ -59,7 +74,7 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, help="learning rate")
     parser.add_argument("--num-samples", "--samples", dest="num_samples", type=_positive_int,
                         help="posterior draws (per chain for MCMC backends)")
-    parser.add_argument("--pretrain-epochs", type=int, help="deterministic pretraining epochs before VI (default epochs/4)")
+    parser.add_argument("--pretrain-epochs", type=_non_negative_int, help="deterministic pretraining epochs before VI (default epochs/4)")
     parser.add_argument("--hidden", type=_positive_int, nargs="+", help="hidden layer widths (mlp default: 50)")
     parser.add_argument("--activation", help="hidden activation (relu, tanh, ...)")
     parser.add_argument("--prior", default="normal", help=f"weight prior: {', '.join(PRIORS)} (default normal)")
@@ -67,21 +82,24 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise", default="learned",
                         help="regression noise: 'learned' (Gamma prior on the precision) or a fixed sd in standardised units")
     parser.add_argument("--chains", type=_positive_int, help="MCMC chains")
-    parser.add_argument("--warmup", type=int, help="MCMC warm-up / burn-in steps")
+    parser.add_argument("--warmup", type=_non_negative_int, help="MCMC warm-up / burn-in steps")
     parser.add_argument("--thin", type=_positive_int, help="keep every k-th draw")
     parser.add_argument("--step-size", type=float, help="(initial) sampler step size")
     parser.add_argument("--mc-kl-samples", type=_positive_int, help="Monte Carlo samples M of the Radial guide's KL")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="any other backend option, repeatable, e.g. --option max_tree_depth=8 "
                              "--option dense_mass=true (values are JSON: numbers, true/false, strings)")
-    parser.add_argument("--prune", default="none", choices=["none", "principled", "random"],
+    parser.add_argument("--prune", default="none", choices=PRUNE_MODES,
                         help="prune variational layers after fitting")
     parser.add_argument("--report", action="store_true", help="also write an HTML diagnostics report into --out")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--threads", type=_positive_int, default=1,
                         help="torch CPU threads (default 1: small BNNs are overhead-bound and extra threads "
                              "only help large layers)")
-    parser.add_argument("--out", required=True, help="run directory to write metrics.json, posterior.nc, posterior/")
+    parser.add_argument("--out", required=True,
+                        help="run folder to write (metrics.json, config.json, posterior/, posterior.nc, train.nc, "
+                             "COMPLETE); must not hold a run unless --overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run at --out (whole) if there is one")
 
 
 def spec_from_args(args):
@@ -138,22 +156,32 @@ SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "spa
 
 
 def _run_fit(args) -> int:
-    import torch
-
     from lab.runs import execute
 
     torch.set_num_threads(args.threads)
     spec = spec_from_args(args)
-    metrics = execute(spec, args.out, progress=not args.quiet)
+    result = execute(spec, args.out, overwrite=args.overwrite, progress=not args.quiet)
+    metrics = result.metrics
     if args.report:
-        print(f"wrote {write_report(args.out)}")
+        print(f"wrote {_write_report_atomically(result.directory)}")
     rows = [(k, metrics[k]) for k in SUMMARY_KEYS if k in metrics]
     width = max(len(k) for k, _ in rows)
     print(f"{spec.data} · {spec.model} · stochastic={spec.stochastic} · backend={spec.backend} · split {spec.split} · seed {spec.seed}")
     for key, value in rows:
         print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
-    print(f"  wrote {args.out}/metrics.json, posterior.nc, posterior/")
+    print(f"  wrote {result.directory}/: metrics.json, config.json, posterior/, posterior.nc, train.nc, COMPLETE")
     return 0
+
+
+def _write_report_atomically(directory):
+    """``report.html`` of a written run, renamed into place once complete."""
+    temporary = directory / f".report.html.{os.getpid()}.tmp"
+    try:
+        write_report(directory, temporary)
+        os.replace(temporary, directory / "report.html")
+    finally:
+        temporary.unlink(missing_ok=True)
+    return directory / "report.html"
 
 
 COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
@@ -182,12 +210,31 @@ def run_command(argv) -> int:
     return COMMANDS[args.command][1](args)
 
 
+class _Terminated(Exception):
+    """SIGTERM, raised in the main thread so that partial runs are cleaned up like on Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
 def main(argv=None) -> int:
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         return run_command(sys.argv[1:] if argv is None else argv)
-    except NonFiniteLossError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (NonFiniteLossError, RunFailed) as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     except (ValueError, FileNotFoundError, NotADirectoryError) as err:
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C); no partial run was kept", file=sys.stderr)
+        return 130
+    except _Terminated:
+        print("terminated (SIGTERM); no partial run was kept", file=sys.stderr)
+        return 143
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)

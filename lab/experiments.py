@@ -1,15 +1,18 @@
 """Experiment runner: ``python -m zoo experiment NAME [--fast] [--out DIR] [--executor local|ray]``.
 
 Runs a named grid of :mod:`lab.grids` (dataset × architecture × stochastic subset ×
-backend × splits / seeds).  Every run goes through :func:`lab.runs.execute` into
-``DIR/runs/<key>/`` (``metrics.json``, ``posterior.nc``, ``posterior/``, ``config.json``); a run
-whose ``metrics.json`` is complete and whose ``config.json`` holds the same spec is skipped, so an
-interrupted sweep resumes where it stopped (and a changed grid re-runs what changed).
-Runs execute in local worker processes (``--workers N``, default 2, one torch thread each;
-``--workers 0`` runs them in this process) or, with ``--executor ray``, as Ray tasks on an
-existing cluster (``--ray-address``) or a local Ray instance; the run directories must then be
-on a file system the Ray workers share.  A run that needs another (``Run.after``) is started once
-that one has finished.
+backend × splits / seeds).  Every run goes through :func:`lab.runs.execute` and is written whole
+(:func:`lab.runs.write_run`, extra metrics included) into ``DIR/runs/<key>/``.  A run folder that
+:func:`lab.store.verify_run` accepts (sealed, every file of its recorded size and digest) and
+whose ``config.json`` holds the same spec is skipped, so an interrupted sweep resumes where it
+stopped (and a changed grid, or a damaged run, re-runs what changed).  One experiment at a time
+may use ``DIR`` (:class:`lab.store.RunLock` on ``DIR/.lock``; a second one exits with status 2
+naming the holder).  Runs execute in local worker processes (``--workers N``, default 2, one torch
+thread each; ``--workers 0`` runs them in this process), which die with the experiment even when it
+is killed (``SIGKILL``), or, with ``--executor ray``, as Ray tasks on an existing cluster
+(``--ray-address``) or a local Ray instance; the run directories must then be on a file system the
+Ray workers share.  A run that needs another (``Run.after``) is started once that one has finished.
+A run whose fit fails (including :class:`lab.runs.RunFailed`) is listed in ``failures.txt``.
 
 Outputs: ``DIR/results.csv`` (one row per run: labels and metrics), ``DIR/summary.csv`` and
 ``DIR/summary.md`` (mean ± standard error over splits / seeds per configuration, n runs, published
@@ -18,20 +21,25 @@ numbers where the grid has them), ``DIR/*.png`` figures, ``DIR/failures.txt`` if
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
+import ctypes.util
 import json
 import math
 import multiprocessing
 import os
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Optional
 
 from .grids import EXPERIMENTS, EXTRAS, Experiment, Run, load_run_data
+from .store import RunLock, StoreError, check_folder, verify_run
 
 __all__ = ["run_experiment", "run_one", "summarise", "add_experiment_arguments", "run_experiment_command", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
-_DONE_KEY = "run_seconds"  # written last: a metrics.json without it is an unfinished run
+_PR_SET_PDEATHSIG = 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -44,28 +52,28 @@ def _metrics_path(root: Path, key: str) -> Path:
 
 
 def is_finished(root, run: Run) -> bool:
-    """Whether ``root/run.key`` holds a completed run of the same spec (else it is run again)."""
+    """Whether ``root/run.key`` holds a complete, undamaged run of the same spec (else it is run again)."""
     from inference.posterior import to_jsonable
+    from lab.runs import RUN_FILES
 
     directory = Path(root) / run.key
     try:
-        metrics = json.loads((directory / "metrics.json").read_text())
+        verify_run(directory, RUN_FILES)
         config = json.loads((directory / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (StoreError, OSError, json.JSONDecodeError):
         return False
-    same_spec = config.get("spec") == json.loads(json.dumps(to_jsonable(run.spec.to_dict())))
-    return _DONE_KEY in metrics and same_spec
+    return config.get("spec") == json.loads(json.dumps(to_jsonable(run.spec.to_dict())))
 
 
 def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optional[int] = 1) -> dict:
-    """Execute ``run`` into ``root/run.key``: data, fit, evaluation, extra metrics; returns the metrics."""
-    from unittest import mock
+    """Execute ``run`` and write it, with its extra metrics, into ``root/run.key``; returns the metrics.
 
+    A damaged or stale folder at ``root/run.key`` is replaced whole.
+    """
     import torch
 
-    import lab.runs
-    from inference.posterior import to_jsonable
-    from zoo.datasets import load_dataset
+    from lab.runs import execute, write_run
+    from zoo.data import load_dataset
 
     if threads:
         torch.set_num_threads(threads)
@@ -74,25 +82,14 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
     data = load_run_data(run, root, prerequisite)
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
-    out = Path(root) / run.key
-    kept = {}
-    evaluate = lab.runs.evaluate
-
-    def evaluate_and_keep(prediction, y):  # the extras reuse execute's test-set prediction
-        kept["prediction"] = prediction
-        return evaluate(prediction, y)
-
-    with mock.patch.object(inference.runs, "evaluate", evaluate_and_keep):
-        metrics = lab.runs.execute(spec, out, progress=False, data=data)
+    result = execute(spec, progress=False, data=data)
     for name in run.extras:
-        metrics.update(EXTRAS[name](kept["prediction"], data))
+        result.metrics.update(EXTRAS[name](result.prediction, data))
     if prerequisite is not None:  # e.g. the deterministic body a frozen-body head was fitted on
-        metrics["pretrain_seconds"] = json.loads(_metrics_path(root, prerequisite.key).read_text())["fit_seconds"]
-    metrics[_DONE_KEY] = time.perf_counter() - started
-    temporary = out / "metrics.json.tmp"
-    temporary.write_text(json.dumps(to_jsonable(metrics), indent=2))
-    os.replace(temporary, out / "metrics.json")
-    return metrics
+        result.metrics["pretrain_seconds"] = json.loads(_metrics_path(root, prerequisite.key).read_text())["fit_seconds"]
+    result.metrics["run_seconds"] = time.perf_counter() - started
+    write_run(result, Path(root) / run.key, overwrite=True)
+    return result.metrics
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,10 +97,28 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
 # --------------------------------------------------------------------------------------------
 
 
-def _init_worker() -> None:
+def _init_worker(parent: int) -> None:
+    """Worker start: one torch thread; on Linux, die (``SIGKILL``) when the experiment process dies."""
     import torch
 
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops us
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        pass  # libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if False:  # the parent died before the request took effect
+            os._exit(1)
+
+
+def _stop_workers(pool) -> None:
+    """Cancel queued runs and kill the pool's worker processes now (on an error, Ctrl-C or SIGTERM)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(timeout=5)
 
 
 class _Inline(cf.Executor):
@@ -159,11 +174,17 @@ def _run_local(runs, by_key, finished, root, workers, bar) -> dict:
     if workers == 0:
         pool = _Inline()
     else:
-        pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker)
-    with pool:
-        threads = None if workers == 0 else 1
-        return _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
-                         _wait_futures, bar)
+        pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                      initializer=_init_worker, initargs=(os.getpid(),))
+    threads = None if workers == 0 else 1
+    try:
+        failures = _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
+                             _wait_futures, bar)
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    pool.shutdown()
+    return failures
 
 
 def _run_ray(runs, by_key, finished, root, workers, bar, address) -> dict:
@@ -211,21 +232,22 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     runs = experiment.build(fast, None if data_root is None else str(Path(data_root).resolve()))
     if not runs:
         raise ValueError(f"experiment {name!r} has no runs here (its backends are not registered)")
-    out = Path(out)
-    root = (out / "runs").resolve()
-    root.mkdir(parents=True, exist_ok=True)
     by_key = {r.key: r for r in runs}
     if len(by_key) != len(runs):
         raise ValueError(f"experiment {name!r} has duplicate run keys")
-    finished = {r.key for r in runs if is_finished(root, r)}
-    todo = [r for r in runs if r.key not in finished]
-    bar = tqdm(total=len(runs), initial=len(finished), desc=name, unit="run", disable=not progress)
-    with bar:
-        if executor == "local":
-            failures = _run_local(todo, by_key, finished, root, int(workers), bar)
-        else:
-            failures = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address)
-    results, summary, files = write_tables(experiment, runs, root, out, failures)
+    out = check_folder(out)
+    root = out / "runs"
+    root.mkdir(parents=True, exist_ok=True)
+    with RunLock(out):
+        finished = {r.key for r in runs if is_finished(root, r)}
+        todo = [r for r in runs if r.key not in finished]
+        bar = tqdm(total=len(runs), initial=len(finished), desc=name, unit="run", disable=not progress)
+        with bar:
+            if executor == "local":
+                failures = _run_local(todo, by_key, finished, root, int(workers), bar)
+            else:
+                failures = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address)
+        results, summary, files = write_tables(experiment, runs, root, out, failures)
     return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
             "files": files}
 
@@ -307,6 +329,8 @@ def write_tables(experiment: Experiment, runs, root, out, failures):
     if failures:
         (out / "failures.txt").write_text("".join(f"{k}\t{v}\n" for k, v in sorted(failures.items())))
         files.append(out / "failures.txt")
+    else:
+        (out / "failures.txt").unlink(missing_ok=True)  # from an earlier, failed attempt
     if results.empty:
         return results, results, files
     summary = summarise(results, experiment.group)
@@ -343,7 +367,7 @@ def _bars(ax, summary, x, series, metric, label=None):
 def _figure_euler(summary, plt):
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     _bars(axes[0], summary, "variant", "formulation", "rmse_circular", "test RMSE (circular), degrees")
-    _bars(axes[1], summary, "variant", "formulation", "rmse_plain", "test RMSE (plain, seed 000), degrees")
+    _bars(axes[1], summary, "variant", "formulation", "rmse_plain", "test RMSE (plain, as Bagga et al. 2025), degrees")
     _bars(axes[2], summary, "variant", "formulation", "coverage_90", "90% interval coverage")
     axes[2].axhspan(0.85, 0.95, color="green", alpha=0.1)
     return fig

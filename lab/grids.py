@@ -2,7 +2,7 @@
 
 A grid is a list of :class:`Run` s: a :class:`lab.runs.RunSpec`, the labels that
 identify its configuration in the result tables, and optionally a dataset builder (a
-name in :data:`DATASETS`, for data that :func:`zoo.datasets.load_dataset` cannot
+name in :data:`DATASETS`, for data that :func:`zoo.data.load_dataset` cannot
 express) and a prerequisite run whose output the builder reads (e.g. last-layer
 inference on the *frozen* body of a deterministically trained network).  Backends that
 are not registered in :data:`inference.backends.BACKENDS` are left out with a note.
@@ -19,18 +19,18 @@ Experiments (seeds in ``../shared/seeds``; published numbers in ``../shared/anch
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 import torch
 
 from lab.runs import RunSpec
-from zoo.datasets import BUNDLED_UCI, Dataset, load_dataset, load_uci_full_random_split
+from zoo.data import (BUNDLED_UCI, Dataset, euler_increments, load_dataset, load_uci, load_uci_full_random_split,
+                      wrap_degrees)
 
 __all__ = ["Run", "Experiment", "EXPERIMENTS", "DATASETS", "EXTRAS", "load_run_data", "available_backends",
-           "euler_increments", "frozen_features", "wrap_degrees", "PUBLISHED_UCI"]
+           "frozen_features", "PUBLISHED_UCI"]
 
 
 @dataclass
@@ -89,46 +89,6 @@ def available_backends(wanted, note=print) -> list:
 # --------------------------------------------------------------------------------------------
 
 
-def wrap_degrees(d):
-    """Angle differences mapped into [-180, 180) degrees (works on tensors and arrays)."""
-    return (d + 180.0) % 360.0 - 180.0
-
-
-def _standardised_sequences(name, x_train, y_train, x_test, y_test, info) -> Dataset:
-    """A regression :class:`Dataset` of sequences ``[N, T, F]`` standardised with training statistics."""
-    x_loc, x_scale = x_train.mean((0, 1), keepdims=True), x_train.std((0, 1), keepdims=True)
-    y_loc, y_scale = y_train.mean(0), y_train.std(0)
-    x_scale[x_scale == 0], y_scale[y_scale == 0] = 1.0, 1.0
-    t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float32))  # noqa: E731
-    return Dataset(name=name, task="regression", x_train=t((x_train - x_loc) / x_scale),
-                   y_train=t((y_train - y_loc) / y_scale), x_test=t((x_test - x_loc) / x_scale),
-                   y_test=t((y_test - y_loc) / y_scale), x_loc=t(x_loc), x_scale=t(x_scale), y_loc=t(y_loc),
-                   y_scale=t(y_scale), info=info)
-
-
-def euler_increments(data: Dataset) -> Dataset:
-    """Seed-000 Euler data without the 0°/360° wrap-around artefact.
-
-    The raw task (angles at strain step 20 from steps 1–19) has a handful of pixels whose
-    Phi1 / Phi2 cross 0°/360° between steps; as plain numbers they are errors of ~359°
-    that dominate any RMSE.  Here every pixel's sequence is unwrapped (``np.unwrap``,
-    period 360°), the inputs are the per-step changes ``[N, 17, 3]`` and the target is
-    the change from step 19 to 20, ``wrap(y − x_19)`` in [-180°, 180°) ``[N, 3]``.  The
-    predicted angle is ``x_19 + Δ``, so RMSE / log-likelihood / coverage of ``Δ`` are those
-    of the angle under the circular distance.  ``info`` keeps the raw last input angles and
-    raw targets of the test pixels (``last_test``, ``target_test``, degrees).
-    """
-    def convert(x, y):
-        x = np.unwrap(data.x_to_original(x).double().numpy(), period=360.0, axis=1)
-        y = data.y_to_original(y).double().numpy()
-        return np.diff(x, axis=1), wrap_degrees(y - x[:, -1, :]), x[:, -1, :] % 360.0, y
-
-    x_tr, y_tr, _, _ = convert(data.x_train, data.y_train)
-    x_te, y_te, last, target = convert(data.x_test, data.y_test)
-    info = {**data.info, "euler_target": "increments", "last_test": last, "target_test": target}
-    return _standardised_sequences("euler-increments", x_tr, y_tr, x_te, y_te, info)
-
-
 #: principal components of the frozen features with variance below this share of the largest are dropped
 WHITENING_CUTOFF = 1e-6
 
@@ -140,8 +100,9 @@ def frozen_features(data: Dataset, net: torch.nn.Module, cutoff: float = WHITENI
     network with its body frozen at its trained weights.  For a
     :class:`~zoo.architectures.MultiLSTM` all three heads read the same 192-d concatenation,
     so one ``Linear(k, 3)`` spans exactly the three heads.  The features ``h [N, d]`` are
-    nearly collinear (correlation eigenvalues down to ~1e-7), which makes a head's posterior
-    extremely elongated; they are therefore mapped to their whitened principal components
+    nearly collinear (covariance eigenvalues many orders of magnitude below the largest),
+    which makes a head's posterior extremely elongated; they are therefore mapped to their
+    whitened principal components
     ``z = (h − mean) V Λ^{-1/2}`` (training statistics), keeping the ``k`` components with
     variance ≥ ``cutoff`` × the largest.  The head's function class is unchanged up to the
     dropped near-constant directions; its N(0, 1) prior is then a prior on whitened weights.
@@ -352,8 +313,6 @@ UCI_STEPS, UCI_BATCH = 2000, 128  # optimisation steps and minibatch of the vari
 
 
 def _uci(fast: bool, data_root) -> list:
-    from zoo.datasets import load_uci
-
     backends = available_backends(list(UCI_BACKENDS))
     runs = []
     for data in _uci_names(data_root):

@@ -1,14 +1,21 @@
-"""One reproducible run: data × architecture × stochastic subset × backend → a run directory.
+"""One reproducible run: data × architecture × stochastic subset × backend → one result.
 
-:class:`RunSpec` is everything that defines a run; :func:`execute` performs it and writes
+:class:`RunSpec` is everything that defines a run; :func:`execute` validates it (and the output
+path) before any work, fits, predicts the test set once and returns a :class:`RunResult` holding
+the metrics, posterior, prediction, ArviZ exports and data.  With an output folder it also writes
 
 * ``metrics.json`` — test metrics in original units (RMSE, test log-likelihood, coverage,
   or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity;
-* ``posterior.nc`` — ArviZ InferenceData on the test set (NetCDF);
+* ``config.json`` — the spec, the resolved backend options and the data summary;
 * ``posterior/`` — the saved :class:`~inference.posterior.Posterior` (reload with
   :func:`inference.load_posterior`);
-* ``config.json`` — the spec, the resolved backend options and the data summary.
+* ``posterior.nc`` — ArviZ InferenceData on the test set with the run's prediction (NetCDF);
+* ``train.nc`` — InferenceData on (a seeded subset of) the training set, for PSIS-LOO / WAIC;
+* ``COMPLETE`` — the completeness marker, written last (:mod:`lab.store`).
 
+The folder is written by :func:`lab.store.staged_directory`: it appears whole or not at all,
+and an existing run is only replaced (whole) with ``overwrite``.  A fit whose draws are
+non-finite or whose every transition diverged raises :class:`RunFailed` and writes nothing.
 The CLI (``python -m zoo fit``) and the experiment runner both go through here.
 """
 from __future__ import annotations
@@ -20,31 +27,46 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
-from zoo.architectures import build_architecture
+from zoo.architectures import ARCHITECTURES, build_architecture
 from zoo.bnn import BayesianNetwork
-from zoo.datasets import Dataset, load_dataset
+from zoo.data import Dataset, load_dataset
 from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
-from zoo.priors import make_prior
+from zoo.priors import PRIORS, make_prior
 from zoo.stochastic import ElementMasks
 from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
-from inference.arviz_export import save_netcdf
-from inference.backends import BACKENDS, fit, get_backend
+from inference.arviz_export import loo_subset, save_netcdf
+from inference.backends import BACKENDS, fit, get_backend, parse_config
 from inference.diagnostics import convergence_metrics, convergence_warning
 from inference.metrics import evaluate
-from inference.posterior import to_jsonable
+from inference.posterior import SamplePosterior, to_jsonable
+from inference.variational.pruning import PRUNE_MODES
 
-__all__ = ["RunSpec", "build_model", "execute", "GENERIC_OPTIONS", "default_epochs"]
+from .store import staged_directory, check_destination
+
+__all__ = ["RunSpec", "RunResult", "RunFailed", "RUN_FILES", "build_model", "execute", "write_run", "validate_spec",
+           "GENERIC_OPTIONS", "default_epochs"]
 
 #: spec attribute → backend Config field, passed on when set (or defaulted) and the backend has it
 GENERIC_OPTIONS = ("epochs", "batch_size", "lr", "num_samples", "pretrain_epochs")
 
 #: optimisation steps the default number of epochs aims for
 _TARGET_STEPS = 5000
+
+#: what a run folder holds besides its ``COMPLETE`` marker (``posterior`` is a folder)
+RUN_FILES = ("metrics.json", "config.json", "posterior", "posterior.nc", "train.nc")
+
+#: runs with at most this many random parameters keep the weight draws in ``posterior.nc``
+_MAX_EXPORTED_WEIGHTS = 20000
+
+
+class RunFailed(RuntimeError):
+    """The fit finished but its posterior is unusable (non-finite draws or predictions, or a
+    sampler whose every post-warm-up transition diverged); nothing is written."""
 
 
 @dataclass
@@ -103,7 +125,7 @@ def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
     """The spec's architecture with its priors, sized for ``data`` and seeded by ``spec.seed``.
 
     ``stochastic="structured:PRESET"`` applies a :data:`zoo.structured.STRUCTURED_PRESETS`
-    pattern (seed 003); ``*-map`` presets first fit the same net deterministically
+    pattern (Rochussen 2024); ``*-map`` presets first fit the same net deterministically
     (``stochastic="none"``, SVI backend, the spec's epochs / batch size / lr) and fix the
     pattern's entries at those MAP values, the other weights starting from a fresh init.
     A ``multilstm`` whose LSTM weights are random uses the vmap-able unrolled LSTM.
@@ -150,7 +172,12 @@ def _backend_options(spec: RunSpec, data: Dataset) -> dict:
             raise ValueError(
                 f"option {name!r} does not apply to backend {spec.backend!r}; its options are: {', '.join(sorted(fields))}"
             )
+        if name in options:
+            raise ValueError(f"option {name!r} is given twice: as --{name.replace('_', '-')} (RunSpec.{name}) and "
+                             f"as --option (backend_options)")
         options[name] = value
+    config = parse_config(engine, options)  # names and types checked, values typed (e.g. 1e3 -> 1000)
+    options = {name: getattr(config, name) for name in options}
     if "epochs" in fields and "epochs" not in options:
         batch = options.get("batch_size", _field_default(engine.Config, "batch_size"))
         options["epochs"] = default_epochs(data.n_train, batch)
@@ -166,28 +193,94 @@ def _field_default(config_cls, name):
     return None
 
 
-def execute(spec: RunSpec, out_dir, progress: bool = True, data: Optional[Dataset] = None) -> dict:
-    """Fit, evaluate and export one run into ``out_dir``; returns the metrics dict."""
-    if spec.backend not in BACKENDS:
-        raise ValueError(f"unknown backend {spec.backend!r}; valid backends: {', '.join(BACKENDS)}")
+@dataclass
+class RunResult:
+    """Everything one run produced, in memory (:func:`execute` writes it with :func:`write_run`).
+
+    Attributes:
+        spec: the :class:`RunSpec`.
+        metrics: the ``metrics.json`` record (test metrics in original units, diagnostics, timings).
+        config: the ``config.json`` record (spec, resolved backend options, data summary, pruning).
+        posterior: the fitted :class:`~inference.posterior.Posterior` (after pruning, if any).
+        prediction: the test-set :class:`~inference.posterior.Prediction`, original units.
+        idata: test-set ``InferenceData`` including the prediction's ``predictions`` group.
+        train_idata: ``InferenceData`` on a seeded training subset (PSIS-LOO / WAIC).
+        data: the :class:`~zoo.data.Dataset`.
+        directory: the run folder once written, else ``None``.
+    """
+
+    spec: RunSpec
+    metrics: dict
+    config: dict
+    posterior: Any
+    prediction: Any
+    idata: Any
+    train_idata: Any
+    data: Dataset
+    directory: Optional[Path] = None
+
+
+def validate_spec(spec: RunSpec) -> None:
+    """Clear ``ValueError``s for a spec's names and values (cheap checks, before any data or fit)."""
+    choices = {"backend": BACKENDS, "model": ARCHITECTURES, "prior": PRIORS, "prune": PRUNE_MODES}
+    for name, valid in choices.items():
+        if getattr(spec, name) not in valid:
+            raise ValueError(f"unknown {name} {getattr(spec, name)!r}; valid {name}s: {', '.join(valid)}")
+    if spec.noise != "learned":
+        try:
+            noise_sd = float(spec.noise)
+        except (TypeError, ValueError):
+            noise_sd = float("nan")
+        if not (math.isfinite(noise_sd) and noise_sd > 0):
+            raise ValueError(f"--noise must be 'learned' or a positive number, got {spec.noise!r}")
+    for name in ("split", "seed"):
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if spec.hidden is not None and not all(isinstance(h, int) and h >= 1 for h in spec.hidden):
+        raise ValueError(f"hidden widths must be positive integers, got {spec.hidden!r}")
+
+
+def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: bool = True,
+            data: Optional[Dataset] = None) -> RunResult:
+    """Fit, evaluate and export one run; with ``out_dir`` also write its run folder.
+
+    The output path, the spec and every backend option (names and types) are validated before
+    the data are loaded or anything is fitted.  ``out_dir`` holding a run raises
+    :class:`lab.store.StoreError` unless ``overwrite`` (then it is replaced whole, atomically).
+    Raises :class:`RunFailed` for an unusable posterior.
+    """
+    if out_dir is not None:
+        check_destination(out_dir, overwrite)
+    validate_spec(spec)
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
-    bnn = build_model(spec, data)
     options = _backend_options(spec, data)
+    parse_config(get_backend(spec.backend), options)  # every option checked before any fitting
+    bnn = build_model(spec, data)
     started = time.perf_counter()
     posterior = fit(bnn, data.x_train, data.y_train, backend=spec.backend, seed=spec.seed, progress=progress, **options)
     fit_seconds = time.perf_counter() - started
+    _check_draws(posterior)
     prune_report = None
     if spec.prune != "none":
         from inference.variational.pruning import prune
 
         posterior, prune_report = prune(posterior, mode=spec.prune, seed=spec.seed)
-    y_test = data.y_test_original() if data.task == "regression" else data.y_test
+    regression = data.task == "regression"
+    y_test = data.y_test_original() if regression else data.y_test
     started = time.perf_counter()
     prediction = posterior.predict(data.x_test, y=y_test, seed=spec.seed)
     predict_seconds = time.perf_counter() - started
+    if not bool(torch.isfinite(prediction.f).all()):
+        raise RunFailed(f"{spec.backend}: the test-set predictions are non-finite; the posterior is unusable")
     metrics = evaluate(prediction, y_test)
-    idata = posterior.to_arviz(data.x_test, y_test, seed=spec.seed, include_weights=bnn.num_random <= 20000)
+    include_weights = bnn.num_random <= _MAX_EXPORTED_WEIGHTS
+    idata = posterior.to_arviz(data.x_test, y_test, seed=spec.seed, include_weights=include_weights,
+                               prediction=prediction)
+    index = loo_subset(data.n_train, seed=spec.seed)
+    y_train = data.y_train_original() if regression else data.y_train
+    train_idata = posterior.to_arviz(data.x_train[index], y_train[index], seed=spec.seed, include_weights=False)
     metrics.update(convergence_metrics(idata))
     unmixed = convergence_warning(metrics)
     if unmixed:
@@ -210,14 +303,38 @@ def execute(spec: RunSpec, out_dir, progress: bool = True, data: Optional[Datase
             "task": data.task,
         }
     )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    posterior.save(out / "posterior")
-    save_netcdf(idata, out / "posterior.nc")
     config = {"spec": spec.to_dict(), "backend_options": options, "data": data.summary(), "prune": prune_report}
-    _write_json(out / "config.json", config)
-    _write_json(out / "metrics.json", metrics)
-    return metrics
+    result = RunResult(spec, metrics, config, posterior, prediction, idata, train_idata, data)
+    if out_dir is not None:
+        write_run(result, out_dir, overwrite=overwrite)
+    return result
+
+
+def _check_draws(posterior) -> None:
+    """:class:`RunFailed` for non-finite stored draws or a sampler whose every transition diverged."""
+    if not isinstance(posterior, SamplePosterior):
+        return
+    backend = posterior.info.get("backend", "the sampler")
+    bad = [name for name, value in posterior.draws.items() if not bool(torch.isfinite(value).all())]
+    if bad:
+        raise RunFailed(f"{backend}: non-finite draws of {', '.join(bad)}; the posterior is unusable")
+    diverging = posterior.sample_stats.get("diverging")
+    if diverging is not None and diverging.numel() and bool(diverging.bool().all()):
+        raise RunFailed(f"{backend}: every one of the {diverging.numel()} post-warm-up transitions diverged; "
+                        f"the draws are not from the posterior (lower step_size, raise target_accept or "
+                        f"warmup_steps)")
+
+
+def write_run(result: RunResult, directory, *, overwrite: bool = False) -> Path:
+    """Write ``result`` as a run folder (:data:`RUN_FILES`, then ``COMPLETE``), atomically; returns it."""
+    with staged_directory(directory, overwrite) as staging:
+        result.posterior.save(staging / "posterior")
+        save_netcdf(result.idata, staging / "posterior.nc")
+        save_netcdf(result.train_idata, staging / "train.nc")
+        _write_json(staging / "config.json", result.config)
+        _write_json(staging / "metrics.json", result.metrics)
+    result.directory = Path(directory).absolute()
+    return result.directory
 
 
 def _write_json(path: Path, obj) -> None:

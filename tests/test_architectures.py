@@ -285,3 +285,24 @@ def test_build_architecture_errors():
         build_architecture("lenet300100", 784, 10, hidden=(50,))
     with pytest.raises(ValueError, match="in_channels"):
         build_architecture("cnn", 65, 10)
+
+
+def test_package_reexports_every_public_name_from_its_family_module():
+    import importlib
+
+    import zoo.architectures as package
+
+    homes = {
+        "mlp": ["MLP", "LeNet300100"],
+        "lstm": ["UnrolledLSTM", "MultiLSTM"],
+        "cnn": ["SmallCNN"],
+        "transformer": ["FeedForward", "SelfAttention", "TransformerClassifier"],
+        "registry": ["ARCHITECTURES", "build_architecture"],
+        "forward_order": ["parametrised_modules_in_forward_order", "output_modules"],
+        "_common": ["ACTIVATIONS"],
+    }
+    assert sorted(package.__all__) == sorted(name for names in homes.values() for name in names)
+    for module, names in homes.items():
+        family = importlib.import_module(f"zoo.architectures.{module}")
+        for name in names:
+            assert getattr(package, name) is getattr(family, name), name

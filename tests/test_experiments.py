@@ -1,5 +1,12 @@
-"""The experiment runner: caching, dependencies, failures, tables, the CLI and the Ray executor."""
+"""The experiment runner: caching, dependencies, failures, tables, the CLI, locking, workers and Ray."""
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,9 +17,12 @@ from lab.runs import RunSpec
 from lab import grids
 from zoo.architectures import build_architecture
 from lab.cli import main
-from zoo.datasets import Dataset, load_euler
-from lab.grids import EXPERIMENTS, Experiment, Run, euler_increments, frozen_features, wrap_degrees
+from zoo.data import Dataset, euler_increments, load_euler, wrap_degrees
+from lab.grids import EXPERIMENTS, Experiment, Run, frozen_features
 from lab.experiments import is_finished, run_experiment, summarise
+from lab.store import RunLock
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _mtimes(out):
@@ -34,13 +44,19 @@ def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path):
     second = run_experiment("smoke", out, workers=0, progress=False)
     assert second["skipped"] == 6 and _mtimes(out) == before  # nothing re-run
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
-    # an unfinished run (metrics.json without the completion marker) is re-run, and only it
+    # damaged runs (a truncated posterior.nc, a deleted posterior/, a rewritten metrics.json) and an
+    # unsealed one are re-run, and only they
     runs = {r.key: r for r in EXPERIMENTS["smoke"].build(False, None)}
-    path = out / "runs" / "full-1" / "metrics.json"
-    path.write_text(json.dumps({"rmse": 1.0}))
-    assert not is_finished(out / "runs", runs["full-1"])
+    nc = out / "runs" / "full-1" / "posterior.nc"
+    nc.write_bytes(nc.read_bytes()[: nc.stat().st_size // 2])
+    shutil.rmtree(out / "runs" / "full-0" / "posterior")
+    (out / "runs" / "det-1" / "metrics.json").write_text(json.dumps({"rmse": 1.0}))
+    (out / "runs" / "head-1" / "COMPLETE").unlink()
+    damaged = ("full-1", "full-0", "det-1", "head-1")
+    assert not any(is_finished(out / "runs", runs[key]) for key in damaged)
     third = run_experiment("smoke", out, workers=0, progress=False)
-    assert third["skipped"] == 5 and is_finished(out / "runs", runs["full-1"])
+    assert third["skipped"] == 2 and all(is_finished(out / "runs", runs[key]) for key in damaged)
+    assert len(pd.read_csv(out / "results.csv")) == 6
     # a run whose spec changed is not taken from the cache
     changed = Run("det-0", RunSpec(**{**runs["det-0"].spec.to_dict(), "epochs": 4}), {})
     assert is_finished(out / "runs", runs["det-0"]) and not is_finished(out / "runs", changed)
@@ -157,6 +173,63 @@ def test_cli_fast_smoke_run_in_worker_processes(tmp_path, capsys):
     pooled = pd.read_csv(out / "results.csv")
     # the same seeds give the same numbers in worker processes and in this process
     np.testing.assert_allclose(pooled.sort_values("key")["rmse"], inline.sort_values("key")["rmse"], rtol=1e-5)
+
+
+def test_experiment_refuses_an_output_folder_in_use(tmp_path, capsys):
+    with RunLock(tmp_path):
+        assert main(["experiment", "smoke", "--out", str(tmp_path), "--workers", "0", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"is in use by pid {os.getpid()} on " in err and "choose another --out" in err
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def _descendants(pid: int) -> set:
+    """Process ids below ``pid`` (from /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), set()).add(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        children = parents.get(todo.pop(), set()) - found
+        found |= children
+        todo.extend(children)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; workers die with the parent on Linux")
+def test_second_experiment_exits_2_and_sigkill_leaves_no_worker_behind(tmp_path, capsys):
+    out = tmp_path / "exp"
+    first = subprocess.Popen([sys.executable, "-m", "zoo", "experiment", "smoke", "--out", str(out), "--workers", "2",
+                              "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not any((out / "runs").glob("*")) and time.monotonic() < deadline:  # workers are fitting
+            assert first.poll() is None
+            time.sleep(0.05)
+        workers = _descendants(first.pid)
+        assert len(workers) >= 2 and first.poll() is None
+        assert main(["experiment", "smoke", "--out", str(out), "--workers", "0", "--quiet"]) == 2
+        assert f"is in use by pid {first.pid} on " in capsys.readouterr().err
+    finally:
+        first.kill()
+        first.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)]
+    with RunLock(out):  # the kernel released the dead experiment's lock
+        pass
 
 
 def test_ray_executor_on_a_local_instance(tmp_path):

@@ -15,7 +15,7 @@ from torch import nn
 
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit, load_posterior
-from inference.backends.hmc import Welford, adaptation_windows
+from inference.mcmc.adaptation import adaptation_windows, welford_covariance
 from inference.diagnostics import convergence_metrics, convergence_warning
 from inference.potential import Potential, initial_point
 from lab.runs import RunSpec, execute
@@ -155,7 +155,7 @@ def test_unmixed_chains_are_reported_and_warned(tmp_path):
         "num_chains": 2, "warmup_steps": 0, "num_samples": 30, "num_steps": 1, "step_size": 1e-6,
         "init": "current", "init_jitter": 1.0, "compile": False})  # fmt: skip
     with pytest.warns(RuntimeWarning, match=r"rhat_max .* > 1.05: the chains disagree"):
-        metrics = execute(spec, tmp_path, progress=False)
+        metrics = execute(spec, tmp_path, progress=False).metrics
     assert metrics["rhat_max"] > 1.05 and "tree_depth_saturated" not in metrics  # static HMC has no trees
 
 
@@ -176,9 +176,10 @@ def test_convergence_warning_text(metrics, expected):
 @pytest.mark.parametrize("dense", [False, True])
 def test_welford_inverse_mass_per_chain_and_pooled(dense):
     points = torch.randn(3, 50, 4) * torch.tensor([1.0, 2.0, 0.5, 3.0]) + torch.arange(3.0).view(3, 1, 1)
-    welford = Welford(3, 4, dense)
+    welford = welford_covariance(dense)
+    state = welford.init(3, 4)
     for t in range(50):
-        welford.update(points[:, t])
+        state = welford.update(state, points[:, t])
     n = 50
 
     def regularised(cov, n):
@@ -188,10 +189,10 @@ def test_welford_inverse_mass_per_chain_and_pooled(dense):
     def cov(x):
         return torch.cov(x.T) if dense else x.var(0)
 
-    per_chain = welford.inverse_mass(pooled=False)
+    per_chain = welford.final(state, pooled=False)
     for c in range(3):
         assert torch.allclose(per_chain[c], regularised(cov(points[c]), n), atol=1e-5)
-    pooled = welford.inverse_mass(pooled=True)
+    pooled = welford.final(state, pooled=True)
     assert torch.allclose(pooled[1], regularised(cov(points.reshape(-1, 4)), 150), atol=1e-5)
 
 

@@ -6,8 +6,9 @@ import torch
 from torch import nn
 
 from inference import SamplePosterior
-from inference.metrics import coverage, evaluate, expected_calibration_error
-from inference.posterior import Prediction
+from inference.metrics import (calibration_bins, coverage, coverage_from_pit, ece_from_probs, evaluate,
+                               expected_calibration_error)
+from inference.prediction import Prediction
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
 
 
@@ -82,3 +83,35 @@ def test_predict_rejects_bad_inputs():
         post.predict(x, num_samples=5)
     with pytest.raises(ValueError, match="y=..."):
         post.predict(x).log_predictive_density()
+
+
+def test_stored_summaries_give_the_prediction_metrics():
+    """Coverage from stored PIT values and ECE from stored class probabilities equal the Prediction's."""
+    post = point_mass_posterior(draws=3)
+    x = torch.linspace(-1, 1, 50).unsqueeze(-1)
+    y = 10 + 4 * (2 * x + 0.5 * torch.randn(x.shape, generator=torch.Generator().manual_seed(2)))
+    pred = post.predict(x, y=y, seed=0)
+    for level in (0.5, 0.9):
+        assert coverage_from_pit(pred.summaries()["pit"], level) == coverage(pred, level)
+    with pytest.raises(ValueError, match=r"in \(0, 1\)"):
+        coverage_from_pit(pred.pit, 1.0)
+    probs = torch.tensor([[0.9, 0.1]] * 4 + [[0.6, 0.4]] * 2)
+    labels = torch.tensor([0, 0, 0, 1, 0, 0])
+    confidence, accuracy, share = calibration_bins(probs, labels, num_bins=15)
+    assert torch.allclose(confidence, torch.tensor([0.6, 0.9])) and torch.allclose(accuracy, torch.tensor([1.0, 0.75]))
+    assert torch.allclose(share, torch.tensor([2 / 6, 4 / 6]))
+    pred = Prediction("classification", f=probs.log().unsqueeze(0), y=torch.zeros(1, 6))
+    assert ece_from_probs(probs, labels) == expected_calibration_error(pred, labels)
+    with pytest.raises(ValueError, match=r"probs \[N, K\] and labels \[N\]"):
+        calibration_bins(probs, labels[:5])
+
+
+def test_summaries_hold_intervals_and_pit_for_regression():
+    post = point_mass_posterior(draws=1)
+    x = torch.zeros(4, 1)
+    pred = post.predict(x, y=torch.full((4, 1), 10.0), seed=0)
+    summaries = pred.summaries(levels=(0.5,))
+    assert set(summaries) == {"mean", "sd", "epistemic_sd", "lower_50", "upper_50", "pit", "log_predictive_density"}
+    assert torch.allclose(summaries["pit"], torch.full((4, 1), 0.5))  # the target is the predictive median
+    assert set(post.predict(x).summaries()) == {"mean", "sd", "epistemic_sd", "lower_50", "upper_50", "lower_90",
+                                                "upper_90"}

@@ -1,4 +1,4 @@
-"""Sparsity counts, principled vs random pruning, and repeated MC evaluation (seed 002 §3.3, §4.2)."""
+"""Sparsity counts, principled vs random pruning, and repeated MC evaluation (Graves 2011; Molchanov, Ashukha & Vetrov 2017)."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Radial AutoGuide (Farquhar et al. 2020) and seed 004's M-independent MC cross-entropy."""
+"""Radial AutoGuide (Farquhar, Osborne & Gal 2020) and its M-independent MC cross-entropy."""
 from __future__ import annotations
 
 import math
@@ -113,7 +113,7 @@ def _bnn(**kw):
 def test_auto_radial_guide_in_elbo_and_predictions():
     bnn = _bnn(likelihood=GaussianLikelihood(learn_noise=True))
     guide = build_guide("radial", bnn, mc_kl_samples=4)
-    assert isinstance(guide, AutoRadial) and set(guide.radial_site_names) == {s.name for s in bnn.sites}
+    assert isinstance(guide, AutoRadial) and set(guide.sites()) == {s.name for s in bnn.sites}
     prior = bnn.prior_distributions()["0.weight"]
     assert guide.site_kl("0.weight", prior).dim() == 0 and guide.site_kl("noise_precision", None) is None
     x, y = torch.randn(5, 2), torch.randn(5, 1)

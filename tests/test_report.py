@@ -2,25 +2,34 @@
 
 The MCMC run is built by hand so these tests need no sampler backend: two chains of exact
 posterior draws of Bayesian linear regression on the toy 1-D data (closed form, see
-tests/conftest.py) with HMC-style sample statistics, written as a run directory.
+tests/conftest.py) with HMC-style sample statistics, written as a run folder by
+:func:`lab.runs.write_run`.  Reports read the run's files (or its in-memory result) and never
+predict again or re-create the data.
 """
 import base64
+import dataclasses
 import html
 import io
 import json
 import re
+import shutil
 
+import arviz as az
 import matplotlib.image
 import numpy as np
 import pytest
 import torch
 
-from inference import BACKENDS, SamplePosterior, evaluate, load_netcdf, save_netcdf
+from inference import BACKENDS, Posterior, SamplePosterior, evaluate, load_netcdf, load_posterior
+from inference.arviz_export import loo_subset, quiet_arviz
 from inference.diagnostics import convergence_metrics
-from lab.report import render_section, write_comparison, write_report
-from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
+from inference.metrics import ece_from_probs
 from lab.cli import main
-from zoo.datasets import load_dataset
+from lab.report import Run, open_run, render_run, render_section, write_comparison, write_report
+from lab.report.predictive import LEVELS, coverage_curve, pit_values
+from lab.runs import RunResult, RunSpec, execute, write_run
+from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
+from zoo.data import load_dataset
 
 IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 NOISE_SD = 0.5  # standardised units
@@ -73,16 +82,16 @@ def mcmc_run(tmp_path_factory):
     posterior = SamplePosterior(bnn, {"weight": flat[..., :1].unsqueeze(-1), "bias": flat[..., 1:]}, stats,
                                 info={"backend": "nuts", "seed": 0, "fit_seconds": 1.5})
     y_test = data.y_test_original()
-    idata = posterior.to_arviz(data.x_test, y_test, seed=0)
-    metrics = {**evaluate(posterior.predict(data.x_test, y=y_test, seed=0), y_test), **convergence_metrics(idata),
+    prediction = posterior.predict(data.x_test, y=y_test, seed=0)
+    idata = posterior.to_arviz(data.x_test, y_test, seed=0, prediction=prediction)
+    index = loo_subset(data.n_train, seed=0)
+    train_idata = posterior.to_arviz(data.x_train[index], data.y_train_original()[index], seed=0, include_weights=False)
+    metrics = {**evaluate(prediction, y_test), **convergence_metrics(idata),
                "fit_seconds": 1.5, "backend": "nuts", "stochastic": "all", "model": "linear", "data": "toy1d",
-               "seed": 0, "split": 0, "task": "regression", "num_random": 2}
-    out.mkdir(parents=True)
-    posterior.save(out / "posterior")
-    save_netcdf(idata, out / "posterior.nc")
-    spec = {"data": "toy1d", "model": "linear", "stochastic": "all", "backend": "nuts", "split": 0, "seed": 0}
-    (out / "config.json").write_text(json.dumps({"spec": spec, "backend_options": {"num_chains": 2}, "data": data.summary()}))
-    (out / "metrics.json").write_text(json.dumps(metrics))
+               "seed": 0, "split": 0, "task": "regression", "num_random": 2, "n_train": data.n_train}
+    spec = RunSpec(data="toy1d", model="linear", stochastic="all", backend="nuts")
+    config = {"spec": spec.to_dict(), "backend_options": {"num_chains": 2}, "data": data.summary()}
+    write_run(RunResult(spec, metrics, config, posterior, prediction, idata, train_idata, data), out)
     return out
 
 
@@ -126,18 +135,79 @@ def test_comparison_ranks_runs_by_loo(svi_run, mcmc_run, tmp_path):
     assert _images_decode(page) == 2  # az.compare plot, calibration overlay
 
 
-def test_missing_parts_become_one_line_notes(mcmc_run, tmp_path):
-    """Without the saved posterior or the data the report still renders, saying what it lacks."""
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for name in ("metrics.json", "posterior.nc"):
-        (bare / name).write_bytes((mcmc_run / name).read_bytes())
-    page = _html(write_report(bare))
-    assert "Not applicable: config.json has no run spec" in page
-    assert "Not applicable: the saved posterior is unavailable" in page
-    assert "posterior-predictive draws" in page  # PIT fell back to posterior.nc
-    assert "this LOO is pessimistic" in page  # LOO fell back to the test-set log-likelihood
-    assert "elpd_loo" in page and "r_hat" in page
+def test_missing_parts_become_one_line_notes(mcmc_run):
+    """A run without train.nc or a saved posterior still renders, saying what it lacks."""
+    complete = open_run(mcmc_run)
+    bare = Run("bare", complete.metrics, complete.config, complete.idata)
+    page = html.unescape(render_run(bare))
+    assert 'class="error"' not in page
+    assert "Not applicable: the run has no training-set InferenceData (train.nc)" in page
+    assert "Not applicable: the run has no saved posterior" in page
+    assert "coverage (this curve)" in page and "r_hat" in page and "— in memory" in page
+
+
+def test_incomplete_or_changed_run_folders_are_refused(svi_run, tmp_path, capsys):
+    half = tmp_path / "half"
+    shutil.copytree(svi_run, half)
+    for name in ("COMPLETE", "report.html"):
+        (half / name).unlink()
+    assert main(["report", str(half)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "no COMPLETE marker" in err and "\n" not in err
+    assert not (half / "report.html").exists()
+    damaged = tmp_path / "damaged"
+    shutil.copytree(svi_run, damaged)
+    (damaged / "metrics.json").write_text("{}")
+    with pytest.raises(ValueError, match="damaged"):
+        write_report(damaged)
+
+
+def test_reports_never_predict_or_load_data(svi_run, mcmc_run, monkeypatch):
+    """Every section of a run folder's report comes from its files: predicting or loading data fails here."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a report must not predict, export or load data again")
+
+    for name in ("predict", "to_arviz"):
+        monkeypatch.setattr(Posterior, name, forbidden)
+    for where in ("zoo.data.load_dataset", "zoo.data.registry.load_dataset", "lab.runs.load_dataset"):
+        monkeypatch.setattr(where, forbidden)
+    for run in (svi_run, mcmc_run):
+        page = html.unescape(render_run(run))
+        assert 'class="error"' not in page, re.findall(r'class="error">([^<]*)', page)
+        assert "elpd_loo" in page and "PIT histogram" in page and "predictive bands" in page
+
+
+def test_report_values_equal_those_of_predicting_again(svi_run):
+    """The stored PIT values, coverage curve and LOO equal what re-creating the data and re-predicting gives."""
+    run = open_run(svi_run)
+    posterior = load_posterior(svi_run / "posterior")
+    data = load_dataset("toy1d", seed=0)
+    pred = posterior.predict(data.x_test, y=data.y_test_original(), seed=0)
+    np.testing.assert_array_equal(pit_values(run), pred.pit.numpy().ravel())
+    again = np.array([np.mean((pred.pit.numpy() >= (1 - p) / 2) & (pred.pit.numpy() <= (1 + p) / 2)) for p in LEVELS])
+    np.testing.assert_allclose(coverage_curve(pit_values(run)), again, rtol=0, atol=1e-6)
+    index = loo_subset(data.n_train, seed=0)
+    train = posterior.to_arviz(data.x_train[index], data.y_train_original()[index], seed=0, include_weights=False)
+    stored = run.train_idata
+    np.testing.assert_array_equal(stored.log_likelihood["obs"].values, train.log_likelihood["obs"].values)
+    with quiet_arviz():
+        assert az.loo(stored).elpd_loo == az.loo(train).elpd_loo
+    assert run.metrics["coverage_90"] == pytest.approx(coverage_curve(pit_values(run), [0.9])[0], abs=1e-7)
+
+
+def test_report_from_an_in_memory_result_matches_the_folder(tmp_path):
+    spec = RunSpec(data="toy1d", hidden=[8], stochastic="last", epochs=30, num_samples=40)
+    result = execute(spec, tmp_path / "run", progress=False)
+    unwritten = dataclasses.replace(result, directory=None)
+    assert Run.from_result(unwritten).name == "toy1d-mlp-last-svi-seed0"
+    in_memory = Run.from_result(unwritten, name="run")
+    for title in ("LOO", "Calibration", "Predictive bands", "Convergence", "Variational layers"):
+        from_files = render_section(tmp_path / "run", title)
+        assert render_section(result, title) == from_files == render_section(in_memory, title), title
+    with pytest.raises(ValueError, match="in memory only"):
+        write_report(unwritten)
+    page = write_report(unwritten, tmp_path / "mem.html").read_text()
+    assert page.count("<section") == 8 and "in memory" in page
 
 
 def test_classification_report_has_reliability_and_ece(tmp_path):
@@ -145,6 +215,10 @@ def test_classification_report_has_reliability_and_ece(tmp_path):
     _fit(out, "--data", "moons", "--model", "mlp", "--stochastic", "all", "--backend", "svi")
     page = _html(write_report(out))
     assert "Reliability diagram" in page and "ECE" in page and "elpd_loo" in page
+    run = open_run(out)
+    labels = torch.as_tensor(run.idata.observed_data["obs"].values)
+    stored_ece = ece_from_probs(torch.as_tensor(run.predictions()["probs"].values), labels)
+    assert stored_ece == json.loads((out / "metrics.json").read_text())["ece"]
     assert "Not applicable: predictive bands are drawn for regression only" in page
     assert _images_decode(page) >= 5
 
@@ -152,8 +226,8 @@ def test_classification_report_has_reliability_and_ece(tmp_path):
 def test_bad_run_directory_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "no metrics.json" in err and "\n" not in err
-    with pytest.raises(ValueError, match="at least 2 run directories"):
+    assert err.startswith("error:") and "no COMPLETE marker" in err and "\n" not in err
+    with pytest.raises(ValueError, match="at least 2 runs"):
         write_comparison([tmp_path])
 
 
@@ -183,14 +257,11 @@ def test_render_section_by_title(mcmc_run):
         render_section(mcmc_run, "posterior art")
 
 
-def test_trace_plots_survive_draws_with_tiny_relative_spread(mcmc_run, tmp_path):
+def test_trace_plots_survive_draws_with_tiny_relative_spread(mcmc_run):
     """float32 log joints like −46610 ± 0.3 (a large, well-fitted model) still get trace and rank plots."""
+    complete = open_run(mcmc_run)
     idata = load_netcdf(mcmc_run / "posterior.nc")
     noise = np.random.default_rng(0).normal(0, 0.3, idata.posterior["log_joint"].shape)
     idata.posterior["log_joint"] = idata.posterior["log_joint"] * 0 + (-46610 + noise).astype(np.float32)
-    bare = tmp_path / "tiny-spread"
-    bare.mkdir()
-    save_netcdf(idata, bare / "posterior.nc")
-    (bare / "metrics.json").write_bytes((mcmc_run / "metrics.json").read_bytes())
-    section = render_section(bare, "Convergence")
+    section = render_section(Run("tiny-spread", complete.metrics, complete.config, idata), "Convergence")
     assert "could not draw" not in section and section.count("<img") == 2

@@ -66,27 +66,40 @@ def test_minibatch_sgld_is_close_to_the_posterior(conjugate_regression):
     assert ((draws.std(0) / data.post_sd) - 1).abs().max() < 0.25  # minibatch noise adds O(ε) variance
 
 
+def zero_gradient(z):
+    """A flat log density: every move of an SG-MCMC kernel is then its injected noise."""
+    return torch.zeros(z.shape[0]), torch.zeros_like(z)
+
+
 def test_sgld_step_schedule_is_polynomial_decay():
     config = SGLDConfig(warmup_steps=4, num_samples=3, thin=2, step_size=0.1, step_decay=0.5, step_offset=10)
-    steps = list(SGLDBackend().schedule(config))
-    assert len(steps) == 4 + 3 * 2
+    backend = SGLDBackend()
+    kernel = backend.kernel(zero_gradient, config, num_data=1)
     a = 0.1 * 10**0.5  # ε_t = a (b + t)^−γ
-    assert all(math.isclose(eps, a * (10 + t) ** -0.5) for t, (eps, _, _) in enumerate(steps))
-    assert [keep for _, _, keep in steps] == [None] * 5 + [0, None, 1, None, 2]
-    assert all(noise for _, noise, _ in steps)
+    assert all(math.isclose(kernel.step_size(t), a * (10 + t) ** -0.5) for t in range(10))
+    assert backend.num_iterations(config) == 4 + 3 * 2
+    draw_index = backend.draw_index(config)
+    assert [draw_index(t) for t in range(10)] == [None] * 5 + [0, None, 1, None, 2]  # after 6, 8 and 10 steps
 
 
 def test_cyclical_schedule_follows_zhang_et_al():
     config = CyclicalConfig(num_samples=6, num_cycles=3, thin=2, exploration=0.5, step_size=0.4)
-    steps = list(CyclicalSGMCMCBackend().schedule(config))
-    length = config.length
-    assert len(steps) == 3 * length and length - math.ceil(0.5 * length) >= 2 * 2
-    for k, (eps, noise, _) in enumerate(steps):  # SGLD kernel runs with ε = 2α_k
+    backend = CyclicalSGMCMCBackend()
+    kernel, length = backend.kernel(zero_gradient, config, num_data=1), config.length
+    total = backend.num_iterations(config)
+    assert total == 3 * length and length - math.ceil(0.5 * length) >= 2 * 2
+    generator = torch.Generator().manual_seed(0)
+    state = kernel.init(torch.zeros(2, 3))
+    for k in range(total):  # SGLD kernel runs with ε = 2α_k
         r = k % length
-        assert math.isclose(eps / 2, 0.4 / 2 * (math.cos(math.pi * r / length) + 1), rel_tol=1e-9)
-        assert noise == (r / length >= 0.5)  # exploration = plain SGD
-    kept = [(k, keep) for k, (_, _, keep) in enumerate(steps) if keep is not None]
-    assert [keep for _, keep in kept] == list(range(6))
+        assert math.isclose(kernel.step_size(k) / 2, 0.4 / 2 * (math.cos(math.pi * r / length) + 1), rel_tol=1e-9)
+        new = kernel.update(state, generator)
+        moved = not torch.equal(new.z, state.z)  # zero gradient: only the noise moves z
+        assert moved == (r / length >= 0.5) or kernel.step_size(k) == 0  # exploration = plain SGD
+        state = new
+    draw_index = backend.draw_index(config)
+    kept = [(k, draw_index(k)) for k in range(total) if draw_index(k) is not None]
+    assert [d for _, d in kept] == list(range(6))
     assert [k % length for k, _ in kept] == [length - 3, length - 1] * 3  # end of every cycle
 
 
@@ -98,7 +111,7 @@ def test_non_finite_values_raise_with_draws_so_far():
     err = info.value
     assert 0 < err.step < 500
     post = err.posterior
-    assert post.num_chains == 2 and post.draws["weight"].shape[1] == err.step
+    assert post.num_chains == 2 and post.draws["weight"].shape[1] == err.step - 1  # draws after steps 1 .. step − 1
     assert all(bool(torch.isfinite(v).all()) for v in post.draws.values())
 
 

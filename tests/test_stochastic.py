@@ -144,3 +144,47 @@ def test_not_a_module_is_rejected():
         BayesianNetwork(lambda x: x, "all", output_dim=1)
     with pytest.raises(ValueError, match="output_dim"):
         BayesianNetwork(nn.Linear(2, 1), "all")
+
+
+@pytest.mark.parametrize("stochastic", ["all", {"fc2.weight": torch.rand(6, 8) > 0.5}])
+@pytest.mark.parametrize("prior", [None, PretrainedNormalPrior(0.5)])
+def test_priors_and_sites_follow_the_module_dtype(stochastic, prior):
+    """``bnn.double()`` converts the priors, the latent priors and the sites' tensors with the
+    network, so the Pyro model, log_prior and log_joint run in float64 end to end."""
+    torch.manual_seed(0)
+    bnn = BayesianNetwork(
+        mlp(), stochastic, prior=prior, likelihood=GaussianLikelihood(learn_noise=True), output_dim=2
+    ).double()
+    for name, d in bnn.prior_distributions().items():
+        assert d.sample().dtype == torch.float64, name
+    for site in bnn.sites:
+        assert site.reference.dtype == torch.float64
+        assert site.fixed_value is None or site.fixed_value.dtype == torch.float64
+    x, y = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64)
+    trace = pyro.poutine.trace(bnn.model).get_trace(x, y)
+    assert trace.nodes["_RETURN"]["value"].dtype == torch.float64
+    values = {name: d.sample((4,)) for name, d in bnn.prior_distributions().items()}
+    assert bnn.log_joint(values, x, y).dtype == torch.float64
+    bnn.set_target_scaling([1.0, 2.0], [3.0, 4.0])
+    assert bnn.target_scale.dtype == torch.float64
+    assert bnn.log_likelihood(values, x, y, original_units=True).dtype == torch.float64
+    # converting back gives the float32 priors of a freshly built network
+    bnn.float()
+    fresh = BayesianNetwork(mlp(), stochastic, prior=prior, likelihood=GaussianLikelihood(learn_noise=True), output_dim=2)
+    for name, d in bnn.prior_distributions().items():
+        other = fresh.prior_distributions()[name]
+        assert d.sample().dtype == torch.float32
+        point = other.sample()
+        assert torch.allclose(d.log_prob(point), other.log_prob(point), rtol=1e-6), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_priors_and_sites_follow_the_module_to_cuda():
+    bnn = BayesianNetwork(
+        mlp(), {"fc2.weight": torch.rand(6, 8) > 0.5}, likelihood=GaussianLikelihood(learn_noise=True), output_dim=2
+    ).to("cuda")
+    assert all(d.sample().is_cuda for d in bnn.prior_distributions().values())
+    x, y = torch.randn(5, 3, device="cuda"), torch.randn(5, 2, device="cuda")
+    assert pyro.poutine.trace(bnn.model).get_trace(x, y).nodes["_RETURN"]["value"].is_cuda
+    values = {name: d.sample((4,)) for name, d in bnn.prior_distributions().items()}
+    assert bnn.log_joint(values, x, y).is_cuda

@@ -1,4 +1,4 @@
-"""Tests of zoo.structured (seed 003 structured partial stochasticity).
+"""Tests of zoo.structured (structured partial stochasticity, Rochussen 2024).
 
 Run with ``-s`` to see the printed patterns.
 """
@@ -95,7 +95,7 @@ def test_square_patterns_give_every_neuron_a_unique_row(kind, flip, n):
 
 @pytest.mark.parametrize("pattern", ["light", "heavy"])
 def test_network_neurons_unique_when_paper_condition_holds(pattern):
-    # [8, 50, 50, 2]: the seed-003 UCI energy network (D_fc <= 1 in both hidden layers).
+    # [8, 50, 50, 2]: the UCI energy network of Rochussen 2024 (D_fc <= 1 in both hidden layers).
     net = MLP(8, 2, hidden=(50, 50))
     masks, _ = structured_masks(net, pattern=pattern)
     assert symmetric_neuron_counts(net, masks) == {"fc1": 0, "fc2": 0}

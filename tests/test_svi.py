@@ -8,7 +8,7 @@ from torch import nn
 
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit, load_netcdf, load_posterior, save_netcdf
-from inference.backends.svi import kl_weight
+from inference.training import average_particles, kl_weight, pretrain
 from zoo import BayesianNetwork, GaussianLikelihood, LaplacePrior, NormalPrior
 
 
@@ -58,6 +58,31 @@ def test_kl_annealing_schedule():
     assert kl_weight(7, 3, 4) == 1.0
     assert kl_weight(100, 3, 4) == 1.0
     assert kl_weight(0, 0, 0) == 1.0
+
+
+def test_particles_are_averaged_with_the_kl_weight():
+    draws = iter([(torch.tensor(2.0), torch.tensor(1.0)), (torch.tensor(4.0), torch.tensor(3.0))])
+    loss, loglik, kl = average_particles(lambda: next(draws), 2, beta=0.5)
+    assert (float(loglik), float(kl)) == (3.0, 2.0)
+    assert float(loss) == 0.5 * 2.0 - 3.0  # β · mean KL − mean expected log-likelihood
+
+
+def test_pretraining_reaches_the_least_squares_fit(conjugate_regression):
+    problem = conjugate_regression
+    bnn = conjugate_bnn(problem)
+    values = pretrain(bnn, problem.x, problem.y, epochs=1500, lr=0.05, batch_size=None,
+                      generator=torch.Generator().manual_seed(0), progress=False)
+    design = torch.cat([problem.x, torch.ones(problem.x.shape[0], 1)], 1)
+    ls = torch.linalg.lstsq(design, problem.y).solution.reshape(-1)
+    torch.testing.assert_close(torch.cat([values["weight"].reshape(-1), values["bias"].reshape(-1)]), ls, atol=2e-3, rtol=0)
+
+
+def test_progress_bar_can_be_silenced(conjugate_regression, capfd):
+    problem = conjugate_regression
+    fit(conjugate_bnn(problem), problem.x, problem.y, progress=False, epochs=2, pretrain_epochs=1)
+    assert capfd.readouterr().err == ""
+    fit(conjugate_bnn(problem), problem.x, problem.y, progress=True, epochs=2)
+    assert "svi" in capfd.readouterr().err
 
 
 def test_kl_annealing_is_recorded(conjugate_regression):

@@ -1,4 +1,5 @@
-"""Variational families (seed 002): KL formulas, the fused training path, LRT, and the backends.
+"""Variational families (Graves 2011; Kingma, Salimans & Welling 2015; Molchanov, Ashukha & Vetrov
+2017): KL formulas, the fused training path, LRT, and the backends.
 
 Statistical checks use fixed seeds and tolerances of 4 Monte Carlo standard errors; the KL
 approximations of the dropout families are checked against the exact KL by numerical

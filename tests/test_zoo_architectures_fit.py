@@ -7,7 +7,7 @@ from inference import fit, load_posterior
 from lab.runs import RunSpec, build_model, execute
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
 from zoo.architectures import build_architecture
-from zoo.datasets import load_uci_full_random_split
+from zoo.data import load_uci_full_random_split
 from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
 N = 24
@@ -110,7 +110,7 @@ def test_build_model_unrolls_multilstm_only_when_lstm_weights_are_random():
 
 
 def _euler_like():
-    from zoo.datasets import Dataset
+    from zoo.data import Dataset
 
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(20, 5, 3, generator=g), torch.randn(20, 3, generator=g)
@@ -127,7 +127,7 @@ def energy():
 def test_structured_fixed_values_stay_fixed_after_fitting(preset, energy, tmp_path):
     spec = RunSpec(data="uci:energy", hidden=[12, 12], stochastic=f"structured:{preset}", noise=0.1, epochs=3,
                    pretrain_epochs=0, num_samples=5)
-    metrics = execute(spec, tmp_path, progress=False, data=energy)
+    metrics = execute(spec, tmp_path, progress=False, data=energy).metrics
     posterior = load_posterior(tmp_path / "posterior")
     bnn = posterior.bnn
     torch.manual_seed(0)

@@ -1,4 +1,15 @@
-"""What: architectures, priors, likelihoods, stochasticity selection and datasets."""
+"""What: architectures, priors, likelihoods, stochasticity selection and datasets.
+
+* :mod:`zoo.architectures` — plain networks (MLP, LeNet-300-100, multi-head LSTM, CNN,
+  Transformer classifier) and :func:`~zoo.architectures.build_architecture`;
+* :mod:`zoo.stochastic` — selectors of the random parameters (partial stochasticity,
+  Sharma et al. 2023); :mod:`zoo.structured` — structured fixed-weight masks (Rochussen 2024);
+* :mod:`zoo.priors`, :mod:`zoo.likelihoods` — weight priors and observation models;
+* :mod:`zoo.bnn` — :class:`BayesianNetwork`, the Pyro model and its vectorised densities;
+* :mod:`zoo.data` — the bundled, user-given and generated data sets.
+
+The papers cited in docstrings are listed in full in ``docs/references.md``.
+"""
 from .bnn import BayesianNetwork
 from .likelihoods import CategoricalLikelihood, GaussianLikelihood, make_likelihood
 from .priors import (

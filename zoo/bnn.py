@@ -86,8 +86,6 @@ class BayesianNetwork(nn.Module):
             with torch.no_grad():
                 output_dim = int(net(example_input).shape[-1])
         self.output_dim = int(output_dim)
-        self._latent_priors = self.likelihood.latent_priors(self.output_dim)
-        self._weight_priors = {s.name: self.prior(s) for s in self.sites}
         if target_loc is None:
             target_loc = torch.zeros(self.output_dim)
         if target_scale is None:
@@ -101,6 +99,26 @@ class BayesianNetwork(nn.Module):
         for name, param in net.named_parameters():
             if name in random_names or not self.train_deterministic:
                 param.requires_grad_(False)
+        self._build_priors()
+
+    def _build_priors(self) -> None:
+        """(Re)build the weight priors (one per site) and the likelihood's latent priors.
+
+        Their tensors take the dtype / device of the sites' reference weights and of the
+        network's parameters, so they follow :meth:`_apply` conversions.
+        """
+        self._weight_priors = {s.name: self.prior(s) for s in self.sites}
+        param = next(self.net.parameters(), None)
+        like = {} if param is None else {"dtype": param.dtype, "device": param.device}
+        self._latent_priors = self.likelihood.latent_priors(self.output_dim, **like)
+
+    def _apply(self, fn, *args, **kwargs):
+        """``.double()``, ``.to(device)``, ...: convert the sites' tensors too and rebuild the priors."""
+        super()._apply(fn, *args, **kwargs)
+        for site in self.sites:
+            site.convert_(fn)
+        self._build_priors()
+        return self
 
     # ------------------------------------------------------------------ structure
     @property
@@ -156,14 +174,18 @@ class BayesianNetwork(nn.Module):
                 full = site.to_param(value.detach())
                 params[name].copy_(full)
                 site.reference = full.clone()
-        self._weight_priors = {s.name: self.prior(s) for s in self.sites}
+        self._build_priors()
 
     def set_target_scaling(self, loc, scale) -> None:
-        """Set the standardised → original units map of regression targets (``[O]`` each)."""
-        scale = torch.as_tensor(scale, dtype=torch.float32).reshape(-1)
+        """Set the standardised → original units map of regression targets (``[O]`` each).
+
+        The buffers keep their dtype and device (float32 on CPU unless the module was converted).
+        """
+        like = {"dtype": self.target_scale.dtype, "device": self.target_scale.device}
+        scale = torch.as_tensor(scale, **like).reshape(-1)
         if scale.numel() not in (1, self.output_dim) or not bool((scale > 0).all()):
             raise ValueError(f"target scale must be {self.output_dim} positive numbers, got {scale.tolist()}")
-        self.target_loc = torch.as_tensor(loc, dtype=torch.float32).reshape(-1).expand(self.output_dim).clone()
+        self.target_loc = torch.as_tensor(loc, **like).reshape(-1).expand(self.output_dim).clone()
         self.target_scale = scale.expand(self.output_dim).clone()
 
     # ------------------------------------------------------------------ Pyro model

@@ -33,8 +33,13 @@ class Likelihood:
 
     task: str = ""
 
-    def latent_priors(self, output_dim: int) -> dict[str, dist.Distribution]:
-        """Priors of the likelihood's own latent sites (e.g. the noise precision)."""
+    def latent_priors(
+        self, output_dim: int, dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None
+    ) -> dict[str, dist.Distribution]:
+        """Priors of the likelihood's own latent sites (e.g. the noise precision).
+
+        Their tensors have ``dtype`` / ``device`` (default: torch's default dtype, CPU).
+        """
         return {}
 
     def observe(self, f: torch.Tensor, y: Optional[torch.Tensor], latents: dict) -> torch.Tensor:
@@ -46,7 +51,8 @@ class Likelihood:
         raise NotImplementedError
 
     def sample(self, f, latents, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """Draws of observations, one per output draw."""
+        """One draw of the observations per output draw: ``f [S, N, O]`` gives ``[S, N, O]``
+        (regression, standardised units) or ``[S, N]`` int64 class labels (classification)."""
         raise NotImplementedError
 
 
@@ -90,12 +96,12 @@ class GaussianLikelihood(Likelihood):
             )
         return f"GaussianLikelihood(noise_sd={self.noise_sd})"
 
-    def latent_priors(self, output_dim):
+    def latent_priors(self, output_dim, dtype=None, device=None):
         if not self.learn_noise:
             return {}
-        shape = (output_dim,)
+        shape, like = (output_dim,), {"dtype": dtype, "device": device}
         prior = dist.Gamma(
-            torch.full(shape, self.precision_concentration), torch.full(shape, self.precision_rate)
+            torch.full(shape, self.precision_concentration, **like), torch.full(shape, self.precision_rate, **like)
         ).to_event(1)
         return {"noise_precision": prior}
 

@@ -5,12 +5,17 @@ event shape is the site's shape (``to_event`` over all site dims), so every site
 joint sample statement.  All priors here are factorised over weights.
 
 * :class:`NormalPrior` — iid ``Normal(0, σ)``.
-* :class:`FanInNormalPrior` — ``Normal(0, σ / sqrt(fan_in))`` (He/LeCun-style scaling,
-  keeps pre-activation variance independent of width).
+* :class:`FanInNormalPrior` — ``Normal(0, σ / sqrt(fan_in))`` (the width scaling of
+  Neal 1996: keeps the pre-activation variance independent of the layer's fan-in).
 * :class:`LaplacePrior` — iid ``Laplace(0, b)``.
 * :class:`StudentTPrior` — iid ``StudentT(ν, 0, s)``.
 * :class:`PretrainedNormalPrior` — ``Normal(w₀, σ)`` centred at the weights the model
-  was built from (seed 000 uses σ = 0.5 around pretrained LSTM weights).
+  was built from (the reference code of Bagga et al. 2025 puts ``Normal(w₀, 0.5)`` on the
+  heads of a pretrained multi-head LSTM).
+
+Every prior builds its tensors with the dtype and device of the site's reference weights
+(``site.reference``), so the priors that ``BayesianNetwork.double()`` or ``.to(device)``
+rebuild follow the network.
 """
 from __future__ import annotations
 
@@ -40,6 +45,11 @@ def _check_positive(name: str, value: float) -> float:
     return value
 
 
+def _like(site: StochasticSite) -> dict:
+    """``dtype`` / ``device`` keywords of the site's reference weights, for new prior tensors."""
+    return {"dtype": site.reference.dtype, "device": site.reference.device}
+
+
 class Prior:
     """Base class: ``prior(site) -> Distribution`` with ``event_shape == site.shape``."""
 
@@ -60,8 +70,8 @@ class NormalPrior(Prior):
         self.scale = _check_positive("scale", scale)
 
     def _base(self, site):
-        zeros = torch.zeros(site.shape)
-        return dist.Normal(zeros, torch.full(site.shape, self.scale))
+        like = _like(site)
+        return dist.Normal(torch.zeros(site.shape, **like), torch.full(site.shape, self.scale, **like))
 
     def __repr__(self):
         return f"NormalPrior(scale={self.scale})"
@@ -75,7 +85,8 @@ class FanInNormalPrior(Prior):
 
     def _base(self, site):
         sd = self.scale / math.sqrt(max(site.fan_in, 1))
-        return dist.Normal(torch.zeros(site.shape), torch.full(site.shape, sd))
+        like = _like(site)
+        return dist.Normal(torch.zeros(site.shape, **like), torch.full(site.shape, sd, **like))
 
     def __repr__(self):
         return f"FanInNormalPrior(scale={self.scale})"
@@ -88,7 +99,8 @@ class LaplacePrior(Prior):
         self.scale = _check_positive("scale", scale)
 
     def _base(self, site):
-        return dist.Laplace(torch.zeros(site.shape), torch.full(site.shape, self.scale))
+        like = _like(site)
+        return dist.Laplace(torch.zeros(site.shape, **like), torch.full(site.shape, self.scale, **like))
 
     def __repr__(self):
         return f"LaplacePrior(scale={self.scale})"
@@ -102,7 +114,12 @@ class StudentTPrior(Prior):
         self.scale = _check_positive("scale", scale)
 
     def _base(self, site):
-        return dist.StudentT(torch.full(site.shape, self.df), torch.zeros(site.shape), torch.full(site.shape, self.scale))
+        like = _like(site)
+        return dist.StudentT(
+            torch.full(site.shape, self.df, **like),
+            torch.zeros(site.shape, **like),
+            torch.full(site.shape, self.scale, **like),
+        )
 
     def __repr__(self):
         return f"StudentTPrior(df={self.df}, scale={self.scale})"
@@ -115,7 +132,7 @@ class PretrainedNormalPrior(Prior):
         self.scale = _check_positive("scale", scale)
 
     def _base(self, site):
-        return dist.Normal(site.reference_value().detach(), torch.full(site.shape, self.scale))
+        return dist.Normal(site.reference_value().detach(), torch.full(site.shape, self.scale, **_like(site)))
 
     def __repr__(self):
         return f"PretrainedNormalPrior(scale={self.scale})"

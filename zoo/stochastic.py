@@ -17,7 +17,7 @@ Selectors (all check the names they are given and list the valid ones on error):
 * :class:`ElementMasks` — element-wise boolean masks per parameter (``True`` = random
   entry); the other entries are held *exactly* at fixed values: ``0``, a constant, or the
   current (e.g. pretrained) weights.  This is the basis of structured partial
-  stochasticity (seed 003).
+  stochasticity (Rochussen 2024; :mod:`zoo.structured`).
 
 Use :func:`as_selector` to turn the user-facing forms (``"all"``, ``"fc1,out"``,
 ``["fc*"]``, ``{"fc1.weight": mask}``) into selector objects.
@@ -111,6 +111,19 @@ class StochasticSite:
     def reference_value(self) -> torch.Tensor:
         """The site-shaped reference (initial / pretrained) value."""
         return self.from_param(self.reference)
+
+    def convert_(self, fn) -> None:
+        """Convert ``reference`` and ``fixed_value`` with ``fn`` in place of the originals.
+
+        ``fn`` is a tensor conversion as :meth:`torch.nn.Module._apply` passes it (from
+        ``.double()``, ``.to(device)``, ...); the boolean ``mask`` only moves to the converted
+        reference's device.
+        """
+        self.reference = fn(self.reference)
+        if self.mask is not None:
+            self.fixed_value = fn(self.fixed_value)
+            self.mask = self.mask.to(self.reference.device)
+            self._index = self._index.to(self.reference.device)
 
 
 def _fan_in(module: nn.Module, param_name: str, param: torch.Tensor) -> int:

@@ -3,35 +3,19 @@
 A backend is an object with a ``name``, a ``Config`` dataclass of its options and
 ``run(bnn, x, y, config, seed, progress) -> Posterior``.  :func:`inference.fit` parses
 options into the config (unknown options → a ``ValueError`` listing the valid ones),
-validates the data, and dispatches through the ``BACKENDS`` registry.
+validates the data, and dispatches through the ``BACKENDS`` registry.  A run that meets a
+NaN/inf stops with :class:`~inference.training.NonFiniteLossError`; ``minibatches`` gives the
+shuffled epochs (both from :mod:`inference.training`, re-exported for the sampling backends).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import torch
 
+from ..training import NonFiniteLossError, minibatches
+
 __all__ = ["Backend", "NonFiniteLossError", "parse_config", "check_training_data", "minibatches"]
-
-
-class NonFiniteLossError(RuntimeError):
-    """Raised when a loss or gradient becomes NaN/inf.
-
-    Attributes:
-        step: the optimisation step (0-based) at which it happened.
-        posterior: the result built from the last finite parameters (no update with a
-            non-finite loss or gradient is ever applied), so the run is not lost.
-    """
-
-    def __init__(self, step: int, what: str, posterior=None):
-        super().__init__(
-            f"{what} became non-finite at step {step}; the run stopped and kept the last finite "
-            f"parameters (available as .posterior). Try a smaller learning rate, gradient clipping "
-            f"(optimizer='clipped-adam'), or check the data scaling."
-        )
-        self.step = step
-        self.posterior = posterior
 
 
 class Backend:
@@ -45,14 +29,70 @@ class Backend:
 
 
 def parse_config(backend: Backend, options: dict):
-    """``backend.Config(**options)`` with a clear error for unknown or invalid options."""
+    """``backend.Config(**options)`` with a clear error for unknown or mistyped options.
+
+    Each value is checked against its ``Config`` field's type (``int``, ``float``, ``bool``,
+    ``str``, ``dict``, ``Optional[...]``, ``Literal[...]`` choices): an ``int`` field takes
+    integers (or integral floats such as ``1e4``), a ``float`` field any real
+    number, a ``bool`` field only ``True``/``False``.  A mismatch raises a ``ValueError``
+    naming the option, the value and the expected type.
+    """
+    import math
+    import typing
+
     fields = {f.name for f in dataclasses.fields(backend.Config)}
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ValueError(
             f"unknown option(s) {unknown} for backend {backend.name!r}; valid options: {', '.join(sorted(fields))}"
         )
-    config = backend.Config(**options)
+    hints = typing.get_type_hints(backend.Config)
+
+    def coerce(value, hint):
+        """``(ok, value)``: ``value`` converted to ``hint`` where it is one (``ok`` False if not)."""
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin is typing.Union:
+            if value is None:
+                return type(None) in args, None
+            for arg in (a for a in args if a is not type(None)):
+                ok, converted = coerce(value, arg)
+                if ok:
+                    return True, converted
+            return False, value
+        if origin is typing.Literal:
+            return value in args, value
+        if hint is bool:
+            return isinstance(value, bool), value
+        if hint is int:
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                return True, int(value)
+            return isinstance(value, int) and not isinstance(value, bool), value
+        if hint is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return ok, float(value) if ok else value
+        if hint in (str, dict, list, tuple):
+            return isinstance(value, hint), value
+        return True, value  # callables and other objects: the backend checks them
+
+    def expected(hint) -> str:
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin is typing.Union:
+            return " or ".join(expected(a) for a in args)
+        if origin is typing.Literal:
+            return "one of " + ", ".join(repr(a) for a in args)
+        names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a dict",
+                 list: "a list", tuple: "a tuple", type(None): "null (None)"}
+        return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+    typed = {}
+    for name, value in options.items():
+        ok, typed[name] = coerce(value, hints.get(name, typing.Any))
+        if not ok:
+            raise ValueError(
+                f"option {name!r} of backend {backend.name!r} must be {expected(hints[name])}, "
+                f"got {value!r} ({type(value).__name__})"
+            )
+    config = backend.Config(**typed)
     validate = getattr(config, "validate", None)
     if validate is not None:
         validate()
@@ -61,7 +101,7 @@ def parse_config(backend: Backend, options: dict):
 
 def check_training_data(bnn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate training tensors against the model; return them with canonical dtypes/shapes."""
-    from zoo.datasets import check_finite_array
+    from zoo.data import check_finite_array
 
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise ValueError(f"x and y must be torch tensors, got {type(x).__name__} and {type(y).__name__}")
@@ -83,13 +123,3 @@ def check_training_data(bnn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Te
                 f"outputs; got labels in [{int(y.min())}, {int(y.max())}]"
             )
     return x, y
-
-
-def minibatches(num_data: int, batch_size: Optional[int], generator: torch.Generator):
-    """Indices of one shuffled epoch, in batches of ``batch_size`` (``None`` = full batch)."""
-    if batch_size is None or batch_size >= num_data:
-        yield torch.arange(num_data)
-        return
-    order = torch.randperm(num_data, generator=generator)
-    for start in range(0, num_data, batch_size):
-        yield order[start : start + batch_size]

@@ -1,40 +1,35 @@
-"""Stochastic-gradient MCMC: SGLD, pSGLD, SGHMC and cyclical SG-MCMC.
+"""The SG-MCMC backends: ``sgld``, ``psgld``, ``sghmc`` and ``csgmcmc``.
 
 All four sample π(z) of :class:`inference.potential.Potential` (random sites in
 unconstrained coordinates, deterministic parameters at the network's values) from
-minibatch gradients g = ∇ log π̃(z) with the likelihood scaled by N/n.  The ``C``
-chains are one ``[C, D]`` tensor and share each minibatch (one batched forward pass per
-step); their injected noise is independent.  ξ ~ N(0, I) below.
+minibatch gradients g = ∇ log π̃(z) with the likelihood scaled by N/n.  The ``C`` chains
+are one ``[C, D]`` tensor and share each minibatch (one batched forward pass per step);
+their injected noise is independent.  This module holds the options and assembles the
+kernels of :mod:`inference.mcmc.sgmcmc` (SGLD, Welling & Teh 2011; pSGLD, Li et al. 2016;
+SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020) with the loop of
+:func:`inference.mcmc.driver.run_chains`:
 
-* ``sgld`` — Welling & Teh 2011, eq. 4:  z ← z + (ε_t/2) g + √ε_t ξ, with the
-  polynomial decay ε_t = a (b + t)^−γ written as ε_t = ε₀ (1 + t/b)^−γ
-  (``step_size`` = ε₀, ``step_offset`` = b, ``step_decay`` = γ).
-* ``psgld`` — Li et al. 2016, Alg. 1: V ← αV + (1−α) ḡ⊙ḡ with ḡ = g/N,
-  G = 1 ⊘ (λ + √V), z ← z + (ε_t/2) G⊙g + √(ε_t G) ξ; the Γ(θ) correction is omitted
-  (as the authors recommend; its bias vanishes as α → 1).
-* ``sghmc`` — Chen et al. 2014, eq. 15 with M = I and β̂ = 0:
-  v ← (1−α) v + η g + √(2αη) ξ,  z ← z + v  (``step_size`` = η, ``friction`` = α).
-  This is seed 001's p ← (1−Dh)p − h∇Ũ + √(2Dh) ξ, θ ← θ + hp with η = h², α = Dh.
-* ``csgmcmc`` — Zhang et al. 2020, Alg. 1 (seed 001): K = M·L steps in M cycles of L;
-  α_k = (α₀/2)[cos(π·mod(k−1, L)/L) + 1] (eq. 1); while mod(k−1, L)/L < β the step is
-  plain SGD (exploration, no noise), afterwards the inner SG-MCMC step (SGLD
-  z ← z + α_k g + √(2α_k) ξ, or SGHMC with η = α_k) and draws are collected at the end
-  of each cycle.
+* ``sgld`` / ``psgld`` / ``sghmc``: ``warmup_steps`` burn-in steps, then ``num_samples``
+  draws ``thin`` steps apart; step size ε_t = ε₀ (1 + t/b)^−γ (``step_size`` ε₀,
+  ``step_offset`` b, ``step_decay`` γ), Welling & Teh 2011's a (b + t)^−γ.
+* ``csgmcmc``: ``num_cycles`` cosine cycles of ``cycle_length`` steps; ``num_samples /
+  num_cycles`` draws ``thin`` steps apart from the end of each cycle's sampling phase.
 
-Non-finite log densities or gradients stop the run with
-:class:`~inference.backends.base.NonFiniteLossError` carrying the draws collected so far.
+A draw is the chains' state after a step.  Non-finite log densities or gradients stop the
+run with :class:`~inference.backends.base.NonFiniteLossError` carrying the draws so far.
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import pyro
 import torch
-from tqdm.auto import tqdm
 
+from ..mcmc.driver import run_chains, thinned
+from ..mcmc.sgmcmc import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from ..posterior import SamplePosterior
 from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
 from .base import Backend, NonFiniteLossError, minibatches
@@ -149,9 +144,9 @@ class CyclicalConfig(SGMCMCConfig):
     ``num_samples / M`` draws ``thin`` steps apart in the sampling phase).
 
     ``step_size`` α₀ is the peak of the cosine schedule, taken by the exploration phase's plain
-    SGD steps on the N-scaled potential: 1e-5 by default, because 3e-5 and above already throw
-    a 7-50-1 MLP with learned noise on UCI yacht (N = 277) into regions where the noise
-    precision collapses (measured: RMSE 2.9 at 3e-5, 40 at 1e-4, 0.70 at 1e-5)."""
+    SGD steps on the N-scaled potential; its default 1e-5 is small because larger peaks throw
+    a small MLP with learned noise into regions where the noise precision collapses
+    (measurements in docs/mcmc.md)."""
 
     step_size: float = 1e-5
     num_cycles: int = 4
@@ -195,72 +190,19 @@ class CyclicalConfig(SGMCMCConfig):
         return math.ceil(self.sampling_steps / (1 - self.exploration)) + 1
 
 
-# ---------------------------------------------------------------------- kernels
-class Langevin:
-    """SGLD step z ← z + (ε/2) g + √ε ξ (Welling & Teh 2011, eq. 4); ``noise=False`` is SGD."""
-
-    def __init__(self, z: torch.Tensor, config, num_data: int):
-        pass
-
-    def step(self, z, grad, eps: float, noise: bool, generator):
-        z = z + (0.5 * eps) * grad
-        if noise:
-            z = z + math.sqrt(eps) * torch.randn(z.shape, generator=generator)
-        return z
-
-
-class Preconditioned(Langevin):
-    """pSGLD step with the RMSprop preconditioner G (Li et al. 2016, Alg. 1, Γ omitted)."""
-
-    def __init__(self, z, config, num_data):
-        self.decay, self.damping, self.num_data = config.rms_decay, config.rms_damping, num_data
-        self.v = None
-
-    def step(self, z, grad, eps, noise, generator):
-        mean_grad = grad / self.num_data
-        sq = mean_grad * mean_grad
-        self.v = sq if self.v is None else self.decay * self.v + (1 - self.decay) * sq
-        precond = 1.0 / (self.damping + self.v.sqrt())
-        z = z + (0.5 * eps) * precond * grad
-        if noise:
-            z = z + (eps * precond).sqrt() * torch.randn(z.shape, generator=generator)
-        return z
-
-
-class Hamiltonian:
-    """SGHMC step v ← (1−α)v + ηg + √(2αη) ξ, z ← z + v (Chen et al. 2014, eq. 15); ``noise=False`` is momentum SGD."""
-
-    def __init__(self, z, config, num_data):
-        self.friction = config.friction
-        self.v = torch.zeros_like(z)
-
-    def step(self, z, grad, eps, noise, generator):
-        self.v = (1 - self.friction) * self.v + eps * grad
-        if noise:
-            self.v = self.v + math.sqrt(2 * self.friction * eps) * torch.randn(z.shape, generator=generator)
-        return z + self.v
-
-
-# ---------------------------------------------------------------------- driver
+# ---------------------------------------------------------------------- backends
 class SGMCMCBackend(Backend):
-    """Base of the SG-MCMC backends: a kernel and a schedule of ``(ε, noise, draw index)``."""
+    """Base of the SG-MCMC backends: a kernel, a number of steps and the steps whose states are kept."""
 
-    kernel_class = Langevin
+    def kernel(self, value_and_grad: Callable, config, num_data: int) -> Kernel:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-    def schedule(self, config) -> Iterator[tuple[float, bool, Optional[int]]]:
-        """Per step: step size, whether to inject noise, and the draw index to store (or ``None``)."""
-        total = config.warmup_steps + config.num_samples * config.thin
-        for t in range(total):
-            eps = config.step_size * (1 + t / config.step_offset) ** (-config.step_decay)
-            after = t - config.warmup_steps
-            keep = after // config.thin if after >= 0 and after % config.thin == config.thin - 1 else None
-            yield eps, True, keep
-
-    def total_steps(self, config) -> int:
+    def num_iterations(self, config) -> int:
         return config.warmup_steps + config.num_samples * config.thin
 
-    def make_kernel(self, z, config, num_data: int):
-        return self.kernel_class(z, config, num_data)
+    def draw_index(self, config) -> Callable[[int], Optional[int]]:
+        """Step ``t`` (0-based) → the draw slot of the state after it, or ``None``."""
+        return thinned(config.warmup_steps, config.thin)
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
@@ -269,9 +211,8 @@ class SGMCMCBackend(Backend):
         potential = Potential(bnn, x, y)
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
         z = z0 + config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)
-        kernel = self.make_kernel(z, config, potential.num_data)
-        keep = torch.empty(config.num_chains, config.num_samples, potential.dim)
-        stats = {k: torch.empty(config.num_chains, config.num_samples) for k in ("lp", "step_size")}
+        batches = _endless_batches(potential.num_data, config.batch_size, generator)
+        kernel = self.kernel(lambda z: potential.value_and_grad(z, next(batches)), config, potential.num_data)
         info = {
             "backend": self.name,
             "config": asdict(config),
@@ -282,32 +223,31 @@ class SGMCMCBackend(Backend):
             **init_record,
         }
 
-        def posterior(num_kept: int, last_z=None) -> SamplePosterior:
+        def posterior(draws, stats, num_kept: int, last_z) -> SamplePosterior:
             info["fit_seconds"] = time.perf_counter() - started
             if num_kept == 0:  # nothing collected yet: the last finite state, one draw per chain
                 info["draws_from_last_finite_state"] = True
                 return SamplePosterior(bnn, potential.draws(last_z.unsqueeze(1)), info=info)
             kept = {k: v[:, :num_kept] for k, v in stats.items()}
-            return SamplePosterior(bnn, potential.draws(keep[:, :num_kept]), sample_stats=kept, info=info)
+            return SamplePosterior(bnn, potential.draws(draws[:, :num_kept]), sample_stats=kept, info=info)
 
-        batches = _endless_batches(potential.num_data, config.batch_size, generator)
-        kept = 0
-        bar = tqdm(total=self.total_steps(config), desc=f"{self.name} ({config.num_chains} chains)", disable=not progress)
+        def step(state, _):
+            new = kernel.update(state, generator)
+            return new, {"lp": new.log_density, "step_size": torch.full_like(new.log_density, kernel.step_size(state.step))}
+
         with torch.no_grad(), frozen_deterministic(bnn):
-            for step, (eps, noise, draw) in enumerate(self.schedule(config)):
-                lp, grad = potential.value_and_grad(z, next(batches))
-                if not bool(torch.isfinite(lp).all() and torch.isfinite(grad).all()):
-                    bar.close()
-                    raise NonFiniteLossError(step, "the log density or its gradient", posterior(kept, z))
-                if draw is not None:  # the state whose gradient was just evaluated
-                    keep[:, draw], stats["lp"][:, draw], stats["step_size"][:, draw] = z, lp, eps
-                    kept = draw + 1
-                z = kernel.step(z, grad, eps, noise, generator)
-                bar.update()
-                if progress and step % 100 == 0:
-                    bar.set_postfix(lp=f"{float(lp.mean()):.4g}", eps=f"{eps:.2g}")
-        bar.close()
-        return posterior(kept)
+            state = kernel.init(z)
+            if not bool(torch.isfinite(state.log_density).all() and torch.isfinite(state.grad).all()):
+                raise NonFiniteLossError(0, "the log density or its gradient", posterior(None, {}, 0, z))
+            run = run_chains(
+                step, state, num_iterations=self.num_iterations(config), num_draws=config.num_samples,
+                draw_index=self.draw_index(config), num_warmup=getattr(config, "warmup_steps", 0),
+                stop_on_non_finite=True, progress=progress, desc=f"{self.name} ({config.num_chains} chains)",
+            )  # fmt: skip
+        if run.stopped_at is not None:  # steps taken when the non-finite value appeared
+            result = posterior(run.z, run.stats, run.num_kept, run.state.z)
+            raise NonFiniteLossError(run.stopped_at + 1, "the log density or its gradient", result)
+        return posterior(run.z, run.stats, run.num_kept, run.state.z)
 
 
 def _endless_batches(num_data: int, batch_size, generator) -> Iterator[Optional[torch.Tensor]]:
@@ -318,46 +258,53 @@ def _endless_batches(num_data: int, batch_size, generator) -> Iterator[Optional[
         yield from minibatches(num_data, batch_size, generator)
 
 
+def _decay(config):
+    return polynomial_decay(config.step_size, config.step_offset, config.step_decay)
+
+
 class SGLDBackend(SGMCMCBackend):
     name = "sgld"
     Config = SGLDConfig
-    kernel_class = Langevin
+
+    def kernel(self, value_and_grad, config, num_data):
+        return sgld(value_and_grad, _decay(config))
 
 
 class PSGLDBackend(SGMCMCBackend):
     name = "psgld"
     Config = PSGLDConfig
-    kernel_class = Preconditioned
+
+    def kernel(self, value_and_grad, config, num_data):
+        return psgld(value_and_grad, _decay(config), num_data, config.rms_decay, config.rms_damping)
 
 
 class SGHMCBackend(SGMCMCBackend):
     name = "sghmc"
     Config = SGHMCConfig
-    kernel_class = Hamiltonian
+
+    def kernel(self, value_and_grad, config, num_data):
+        return sghmc(value_and_grad, _decay(config), config.friction)
 
 
 class CyclicalSGMCMCBackend(SGMCMCBackend):
-    """Cyclical SG-MCMC (Zhang et al. 2020, Alg. 1); see the module docstring."""
+    """Cyclical SG-MCMC (Zhang et al. 2020, Alg. 1); see :func:`inference.mcmc.sgmcmc.cyclical`."""
 
     name = "csgmcmc"
     Config = CyclicalConfig
 
-    def make_kernel(self, z, config, num_data):
-        return (Hamiltonian if config.kernel == "sghmc" else Langevin)(z, config, num_data)
+    def kernel(self, value_and_grad, config, num_data):
+        return cyclical(value_and_grad, config.step_size, config.length, config.exploration, config.kernel, config.friction)
 
-    def total_steps(self, config) -> int:
+    def num_iterations(self, config) -> int:
         return config.num_cycles * config.length
 
-    def schedule(self, config):
-        length, per_cycle = config.length, config.num_samples // config.num_cycles
+    def draw_index(self, config):
+        length, per_cycle, thin = config.length, config.num_samples // config.num_cycles, config.thin
         first_kept = length - config.sampling_steps  # draws come from the end of each cycle
-        scale = 2.0 if config.kernel == "sgld" else 1.0  # SGLD kernel: ε = 2α gives z + αg + √(2α) ξ
-        for k in range(config.num_cycles * length):
-            cycle, r = divmod(k, length)
-            alpha = config.step_size / 2 * (math.cos(math.pi * r / length) + 1)
-            explore = r / length < config.exploration
-            offset = r - first_kept
-            keep = None
-            if offset >= 0 and offset % config.thin == config.thin - 1:
-                keep = cycle * per_cycle + offset // config.thin
-            yield scale * alpha, not explore, keep
+
+        def draw_index(t: int) -> Optional[int]:
+            cycle, offset = divmod(t, length)
+            offset -= first_kept
+            return cycle * per_cycle + offset // thin if offset >= 0 and offset % thin == thin - 1 else None
+
+        return draw_index

@@ -1,5 +1,7 @@
-"""Variational families beyond the stock mean-field guide (seeds 002 and 004).
+"""Variational families beyond the stock mean-field guide.
 
+* :mod:`.protocol` — :class:`VariationalGuide`, the one interface of every guide (per-site mean and
+  sd, pruning rule), and Pyro's module-local parameter mode for Pyro-module guides;
 * :mod:`.families` — Graves / sparse VD / Kingma VD: parameterisations, KLs, pruning rules;
 * :mod:`.meanfield` — :class:`MeanFieldGuide`, those families over any model's sites, with a fused
   training path (one noise draw for all weights, or local reparameterisation);
@@ -9,7 +11,8 @@
 """
 from .families import FAMILIES, get_family
 from .meanfield import ESTIMATORS, MeanFieldGuide
-from .pruning import evaluate_repeated, prune, sparsity
+from .protocol import PrunableGuide, PruningRule, VariationalGuide
+from .pruning import PRUNE_MODES, evaluate_repeated, prune, sparsity
 from .radial import AutoRadial, RadialNormal
 
 __all__ = [
@@ -19,6 +22,10 @@ __all__ = [
     "MeanFieldGuide",
     "AutoRadial",
     "RadialNormal",
+    "VariationalGuide",
+    "PrunableGuide",
+    "PruningRule",
+    "PRUNE_MODES",
     "prune",
     "sparsity",
     "evaluate_repeated",

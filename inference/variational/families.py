@@ -1,29 +1,29 @@
-"""The mean-field Gaussian families of seed 002 (ch. 3): their parameterisations, KLs and pruning rules.
+"""The mean-field Gaussian families: their parameterisations, KLs and pruning rules.
 
 All three families are fully factorised Gaussians q(w_i) = N(μ_i, σ_i²) over every entry of a
 :class:`~zoo.bnn.BayesianNetwork`'s random weight sites; they differ in how σ is parameterised,
-which prior they use and hence which KL term enters the ELBO (seed 002 Algorithm 1, step 7):
+which prior they use and hence which KL term enters the ELBO:
 
 * :class:`GaussianFamily` — variational dense, "adaptive weight noise" (Graves 2011):
   parameter ``s = log σ``; Gaussian prior N(m, s_p²) (the model's Normal prior, or a
-  configured mean/sd); analytic KL (Graves 2011 eq. 13, seed 002 eq. 3.4)
+  configured mean/sd); analytic KL (Graves 2011 eq. 13)
 
       KL_i = log(s_p / σ_i) + (σ_i² + (μ_i − m)²) / (2 s_p²) − 1/2.
 
-  Pruning rule (Graves 2011 eq. 19, seed 002 eq. 3.17–3.18): prune w_i when |μ_i|/σ_i < λ = 0.83.
-* :class:`SparseVDFamily` — sparse variational dropout (Molchanov et al. 2017): additive
-  reparameterisation w = θ + σ ε with parameter ``s = log σ`` and α = σ²/θ² (Molchanov eq. 11,
-  seed 002 eq. 3.7/3.20), log α clipped to [−8, 8]; log-uniform prior with the approximation
-  (Molchanov eq. 14, seed 002 eq. 3.15)
+  Pruning rule (Graves 2011 eq. 19): prune w_i when |μ_i|/σ_i < λ = 0.83.
+* :class:`SparseVDFamily` — sparse variational dropout (Molchanov, Ashukha & Vetrov 2017):
+  additive reparameterisation w = θ + σ ε with parameter ``s = log σ`` and α = σ²/θ² (Molchanov
+  et al. 2017 eq. 11), log α clipped to [−8, 8]; log-uniform prior with the approximation
+  (Molchanov et al. 2017 eq. 14)
 
       KL_i ≈ k₁ − k₁ sigmoid(k₂ + k₃ log α_i) + ½ log(1 + 1/α_i),
       k₁ = 0.63576, k₂ = 1.87320, k₃ = 1.48695.
 
-  Pruning rule (seed 002 eq. 3.19): prune w_i when log α_i > 3.
-* :class:`KingmaVDFamily` — variational dropout (Kingma et al. 2015): multiplicative noise
-  w = θ (1 + √α ε), i.e. σ = |θ| √α, with parameter ``s = log α`` clipped to [−8, 0] (Kingma
+  Pruning rule (Molchanov et al. 2017): prune w_i when log α_i > 3.
+* :class:`KingmaVDFamily` — variational dropout (Kingma, Salimans & Welling 2015): multiplicative
+  noise w = θ (1 + √α ε), i.e. σ = |θ| √α, with parameter ``s = log α`` clipped to [−8, 0] (Kingma
   et al. restrict α ≤ 1, where their polynomial fit holds); log-uniform prior with the
-  approximation (Kingma et al. 2015 eq. 10, seed 002 eq. 3.16)
+  approximation (Kingma, Salimans & Welling 2015 eq. 10)
 
       −KL_i ≈ const + ½ log α_i + c₁ α_i + c₂ α_i² + c₃ α_i³,
       c₁ = 1.16145124, c₂ = −1.50204118, c₃ = 0.58629921.
@@ -37,7 +37,8 @@ which prior they use and hence which KL term enters the ELBO (seed 002 Algorithm
 Each family provides the KL both as a plain autograd expression (:meth:`Family.kl`, used by
 the Pyro guide's ``site_kl`` hook) and as a value with closed-form derivatives that are added
 in place into gradient buffers (:meth:`Family.kl_and_grads`, used by the fused training path
-of :mod:`inference.variational.meanfield`); the tests check that the two agree.
+of :mod:`inference.variational.meanfield`); the tests check that the two agree.  Its pruning
+rule is a :class:`~inference.variational.protocol.PruningRule` (``Family.pruning_rule``).
 
 All tensors here are flat ``[P]`` (or any common shape); prior parameters may be Python floats
 or tensors broadcastable against them.
@@ -48,6 +49,8 @@ import math
 from typing import Optional, Union
 
 import torch
+
+from .protocol import SNR_RULE, PruningRule
 
 __all__ = [
     "K1",
@@ -79,15 +82,16 @@ _LOG2_E = 1.0 / math.log(2.0)
 
 
 def fast_exp(x: torch.Tensor) -> torch.Tensor:
-    """exp(x) as 2^(x log₂e): same result to float32 rounding (relative error ≲ |x|·2⁻²⁴), but on the
-    CPU builds used here ``torch.exp2`` is vectorised and ~5× faster than ``torch.exp``."""
+    """exp(x) as 2^(x log₂e): same result to float32 rounding (relative error ≲ |x|·2⁻²⁴); ``torch.exp2``
+    is the faster kernel on the CPU builds used here (timing in ``docs/variational.md``)."""
     return torch.exp2(x * _LOG2_E)
+
 
 Number = Union[float, torch.Tensor]
 
 
 def gaussian_kl(loc, log_sigma, prior_loc: Number = 0.0, prior_scale: Number = 1.0) -> torch.Tensor:
-    """Elementwise KL(N(μ, σ²) ‖ N(m, s_p²)) (Graves 2011 eq. 13; seed 002 eq. 3.4)."""
+    """Elementwise KL(N(μ, σ²) ‖ N(m, s_p²)) (Graves 2011 eq. 13)."""
     prior_scale = torch.as_tensor(prior_scale, dtype=loc.dtype)
     var_ratio = torch.exp(2 * log_sigma) / prior_scale**2
     return torch.log(prior_scale) - log_sigma + 0.5 * (var_ratio + (loc - prior_loc) ** 2 / prior_scale**2) - 0.5
@@ -100,7 +104,7 @@ def sparse_vd_kl(log_alpha: torch.Tensor) -> torch.Tensor:
 
 
 def kingma_vd_kl(log_alpha: torch.Tensor) -> torch.Tensor:
-    """Elementwise Kingma et al. (2015, eq. 10) KL approximation; ``log_alpha`` is clipped to [−8, 0]."""
+    """Elementwise Kingma, Salimans & Welling (2015, eq. 10) KL approximation; ``log_alpha`` is clipped to [−8, 0]."""
     log_alpha = log_alpha.clamp(-8.0, 0.0)
     alpha = torch.exp(log_alpha)
     return -(KINGMA_KL_CONST + 0.5 * log_alpha + C1 * alpha + C2 * alpha**2 + C3 * alpha**3)
@@ -112,17 +116,13 @@ class Family:
     Attributes:
         name: registry name.
         param_name: meaning of the second parameter ``s`` (``"log_sigma"`` or ``"log_alpha"``).
-        rule: human-readable pruning rule.
-        default_threshold: the rule's threshold (λ or log α).
-        threshold_range: closed range of valid thresholds.
+        pruning_rule: the family's principled :class:`~inference.variational.protocol.PruningRule`.
         uses_model_prior: whether the KL is against the model's Normal prior (else the family's own).
     """
 
     name = ""
     param_name = "log_sigma"
-    rule = ""
-    default_threshold = 0.0
-    threshold_range = (-math.inf, math.inf)
+    pruning_rule: PruningRule
     uses_model_prior = False
 
     # -- parameterisation -------------------------------------------------------------------
@@ -151,23 +151,9 @@ class Family:
         """
         raise NotImplementedError
 
-    # -- pruning -------------------------------------------------------------------------------
-    def check_threshold(self, threshold: Optional[float]) -> float:
-        """The threshold to use (default when ``None``); a clear error when out of range."""
-        if threshold is None:
-            return self.default_threshold
-        threshold = float(threshold)
-        lo, hi = self.threshold_range
-        if not (math.isfinite(threshold) and lo <= threshold <= hi):
-            raise ValueError(
-                f"pruning threshold {threshold} is out of range for the {self.name!r} family "
-                f"(rule: {self.rule}); choose a value in [{lo}, {hi}] (default {self.default_threshold})"
-            )
-        return threshold
-
-    def prune_mask(self, loc, s, threshold: Optional[float] = None) -> torch.Tensor:
-        """Boolean mask, ``True`` where the principled rule prunes the weight."""
-        raise NotImplementedError
+    def log_alpha(self, loc, s) -> torch.Tensor:
+        """log α = −2 log(|μ|/σ) (α = σ²/μ², Kingma, Salimans & Welling 2015); the dropout families clip it."""
+        return -2.0 * torch.log(loc.abs() / self.sigma(loc, s))
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -177,9 +163,7 @@ class GaussianFamily(Family):
     """Variational dense / adaptive weight noise (Graves 2011): see the module docstring."""
 
     name = "graves"
-    rule = "|mu|/sigma < lambda (Graves 2011 eq. 19)"
-    default_threshold = 0.83
-    threshold_range = (1e-6, 1e6)
+    pruning_rule = SNR_RULE
     uses_model_prior = True
 
     def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
@@ -211,33 +195,12 @@ class GaussianFamily(Family):
 
         return kl, accumulate
 
-    def statistic(self, loc, s):
-        """Signal-to-noise ratio |μ|/σ."""
-        return loc.abs() / self.sigma(loc, s)
 
-    def prune_mask(self, loc, s, threshold=None):
-        return self.statistic(loc, s) < self.check_threshold(threshold)
-
-
-class _LogUniformFamily(Family):
-    """Shared pruning by log α for the two variational-dropout families."""
-
-    def log_alpha(self, loc, s) -> torch.Tensor:
-        raise NotImplementedError
-
-    statistic = log_alpha
-
-    def prune_mask(self, loc, s, threshold=None):
-        return self.log_alpha(loc, s) > self.check_threshold(threshold)
-
-
-class SparseVDFamily(_LogUniformFamily):
-    """Sparse variational dropout (Molchanov et al. 2017), additive reparameterisation."""
+class SparseVDFamily(Family):
+    """Sparse variational dropout (Molchanov, Ashukha & Vetrov 2017), additive reparameterisation."""
 
     name = "sparse-vd"
-    rule = "log alpha > t (Molchanov et al. 2017; seed 002 eq. 3.19)"
-    default_threshold = 3.0
-    threshold_range = (-8.0, 8.0)
+    pruning_rule = PruningRule("sparse-vd", "log alpha > t (Molchanov et al. 2017)", "log_alpha", 3.0, (-8.0, 8.0))
 
     def init_param(self, loc, init_scale):
         """``log σ`` with σ = max(init_scale, |θ| e^{−3.5}): every log α starts at ≥ −7 (up to the θ guard),
@@ -268,14 +231,14 @@ class SparseVDFamily(_LogUniformFamily):
         return kl, accumulate
 
 
-class KingmaVDFamily(_LogUniformFamily):
-    """Variational dropout (Kingma et al. 2015), multiplicative noise with α ≤ 1."""
+class KingmaVDFamily(Family):
+    """Variational dropout (Kingma, Salimans & Welling 2015), multiplicative noise with α ≤ 1."""
 
     name = "kingma-vd"
     param_name = "log_alpha"
-    rule = "log alpha >= t, alpha capped at 1 (Kingma et al. 2015)"
-    default_threshold = 0.0
-    threshold_range = (-8.0, 0.0)
+    pruning_rule = PruningRule(
+        "kingma-vd", "log alpha >= t, alpha capped at 1 (Kingma et al. 2015)", "log_alpha", 0.0, (-8.0, 0.0), inclusive=True
+    )
 
     def init_param(self, loc, init_scale):
         """``log α`` giving sd ``init_scale`` at the mean |θ|, kept in [−7, −0.5]: strictly inside the
@@ -286,9 +249,6 @@ class KingmaVDFamily(_LogUniformFamily):
     def log_alpha(self, loc, s):
         """log α, clipped to [−8, 0]."""
         return s.clamp(-8.0, 0.0)
-
-    def prune_mask(self, loc, s, threshold=None):
-        return self.log_alpha(loc, s) >= self.check_threshold(threshold)
 
     def sigma(self, loc, s):
         return loc.abs() * fast_exp(0.5 * s.clamp(-8.0, 0.0))

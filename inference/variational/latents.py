@@ -16,9 +16,16 @@ import pyro
 import pyro.distributions as dist
 import torch
 from torch import nn
-from torch.distributions import biject_to
+from torch.distributions import biject_to, constraints
 
-__all__ = ["normal_prior_params", "LatentFactors", "sample_unconstrained"]
+__all__ = ["normal_prior_params", "LatentFactors", "sample_unconstrained", "is_real_support"]
+
+
+def is_real_support(support) -> bool:
+    """Whether a support is the real line (possibly reinterpreted over event dims)."""
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return support is constraints.real
 
 
 def normal_prior_params(prior, site: str):

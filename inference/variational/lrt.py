@@ -1,4 +1,4 @@
-"""Local reparameterisation (Kingma et al. 2015, §2.3): sample pre-activations instead of weights.
+"""Local reparameterisation (Kingma, Salimans & Welling 2015, §2.3): sample pre-activations instead of weights.
 
 For a layer ``b = x Wᵀ + c`` whose weights and bias are independent Gaussians,
 W_ij ~ N(μ_ij, σ²_ij) and c_j ~ N(μ^c_j, (σ^c_j)²), every pre-activation is Gaussian given the
@@ -9,7 +9,7 @@ input (Kingma et al. 2015 eq. 6–7):
 so one draws ``b = γ + √δ ⊙ ε`` with ``ε ~ N(0, I)`` of the *output's* shape: independent noise
 per data point (lower-variance gradients) and far fewer random numbers than one weight draw.
 Convolutions are handled the same way with ``conv(x, μ)`` and ``conv(x ⊙ x, σ²)``
-(Molchanov et al. 2017 §4); there, and for a Linear layer applied to inputs with extra
+(Molchanov, Ashukha & Vetrov 2017 §4); there, and for a Linear layer applied to inputs with extra
 dimensions (e.g. tokens ``[B, T, D]``), each output position gets its own noise, which keeps
 every pre-activation's marginal exact but drops the correlations that one shared weight draw
 would induce across positions — use weight sampling when those matter.

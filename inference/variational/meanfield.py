@@ -6,7 +6,8 @@ mean-field Normal factor on the likelihood's constrained latents.  Its parameter
 flat vectors over all random weights — ``loc`` (μ or θ, ``[P]``) and ``scale_param``
 (``log σ``, or ``log α`` for Kingma VD) — plus the latent factors.
 
-It is used two ways:
+It implements :class:`~inference.variational.protocol.PrunableGuide` (per-site mean and sd, the
+family's pruning rule, log α, in-place pruning) and is used two ways:
 
 * as a Pyro guide (``guide()`` / :func:`inference.elbo.elbo_terms`): every weight site is
   sampled as ``Normal(μ, σ).to_event(...)`` and its KL comes from the family through the
@@ -19,6 +20,8 @@ It is used two ways:
   or, with ``estimator="lrt"``, local reparameterisation (:mod:`inference.variational.lrt`)
   for every eligible Linear/Conv layer and weight sampling for the other sites.  The network
   itself runs unchanged through :meth:`zoo.bnn.BayesianNetwork.forward_single`.
+  Weight sampling with one draw per step is Graves (2011); local reparameterisation is Kingma,
+  Salimans & Welling (2015).
 
 Both give unbiased one-sample estimates of the same objective
 ``E_q[(N/n) Σ_batch log p(y|x,w)]`` and ``KL(q ‖ p)`` (tested against each other).
@@ -38,6 +41,7 @@ from torch import nn
 from .families import Family, get_family
 from .latents import LatentFactors, normal_prior_params
 from .lrt import lrt_forward, lrt_modules, substituted_forwards
+from .protocol import PruningRule
 
 __all__ = ["MeanFieldGuide", "ESTIMATORS", "build_mean_field_guide"]
 
@@ -200,15 +204,43 @@ class MeanFieldGuide(nn.Module):
         self.latents = LatentFactors(bnn.latent_priors(), float(init_scale))
         self._specs: dict = {}
 
-    # ------------------------------------------------------------------ structure
-    @property
-    def site_names(self) -> list[str]:
+    # ------------------------------------------------------------------ VariationalGuide protocol
+    def sites(self) -> list[str]:
+        """The random weight sites, in the model's order."""
         return [seg.name for seg in self.segments]
 
+    def _segment(self, name: str) -> _Segment:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"{name!r} is not a weight site of this guide; its sites: {', '.join(self.sites())}") from None
+
     def site_params(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loc, scale_param)`` of weight site ``name``, site-shaped views."""
-        seg = self._by_name[name]
+        """``(loc, scale_param)`` of weight site ``name``: site-shaped views of the trained vectors."""
+        seg = self._segment(name)
         return self.loc[seg.span].view(seg.shape), self.scale_param[seg.span].view(seg.shape)
+
+    def site_loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(μ, σ)`` of weight site ``name`` (σ from the family's parameterisation), detached."""
+        with torch.no_grad():
+            loc, s = self.site_params(name)
+            return loc.detach(), self.family.sigma(loc, s)
+
+    def pruning_rule(self) -> PruningRule:
+        return self.family.pruning_rule
+
+    def log_alpha(self, name: str) -> torch.Tensor:
+        """The family's log α of weight site ``name`` (clipped as in its KL for the dropout families)."""
+        with torch.no_grad():
+            return self.family.log_alpha(*self.site_params(name))
+
+    def prune_(self, name: str, mask: torch.Tensor) -> None:
+        """Set μ = 0 and σ = 0 (log σ = −∞; Kingma VD: σ = |θ|√α = 0 with θ = 0) where ``mask`` holds."""
+        loc, s = self.site_params(name)
+        with torch.no_grad():
+            loc[mask] = 0.0
+            if self.family.param_name == "log_sigma":
+                s[mask] = -math.inf
 
     def sigma(self) -> torch.Tensor:
         """Posterior sd of every weight, flat ``[P]``."""

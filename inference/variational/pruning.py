@@ -1,102 +1,66 @@
-"""Sparsity, principled vs random pruning, and repeated Monte Carlo evaluation (seed 002 §3.3, §4.2).
+"""Sparsity, principled vs random pruning, and repeated Monte Carlo evaluation.
+
+Everything here reads a guide through :class:`~inference.variational.protocol.PrunableGuide`
+(per-site mean and sd, the family's rule, in-place pruning), never its type:
 
 * :func:`sparsity` — per-layer (per weight site) and overall fraction of weights that the
   family's principled rule marks as prunable, or that are already pruned: Graves |μ|/σ < λ = 0.83
-  (Graves 2011 eq. 19), sparse VD log α > 3 (Molchanov et al. 2017), Kingma VD log α ≥ 0 (α at
-  its cap, see :mod:`inference.variational.families`), Radial |μ|/sd < λ with the marginal
-  sd σ/√D of a D-entry tensor (E ξ_i² = 1/D).
+  (Graves 2011 eq. 19), sparse VD log α > 3 (Molchanov, Ashukha & Vetrov 2017), Kingma VD
+  log α ≥ 0 (α at its cap, see :mod:`inference.variational.families`), Radial |μ|/sd < λ with
+  the marginal sd σ/√D of a D-entry tensor (E ξ_i² = 1/D).
 * :func:`prune` — returns a *new* posterior in which the chosen weights are exactly zero: their
-  mean and sd are set to 0 (σ through log σ = −∞, seed 002 eq. 3.21), so every draw has w = 0
-  and they contribute exactly nothing to any output.  ``"principled"`` prunes by the rule;
-  ``"random"`` prunes, in every layer, as many weights as the rule would, chosen uniformly at
-  random (seed 002 §4.2: does the learned sparsity beat chance?); ``"none"`` returns the
-  posterior unchanged (sparsity 0) and works for any posterior.
+  mean and sd are set to 0 (σ through log σ = −∞), so every draw has w = 0 and they contribute
+  exactly nothing to any output.  ``"principled"`` prunes by the rule; ``"random"`` prunes, in
+  every layer, as many weights as the rule would, chosen uniformly at random (the control: does
+  the learned sparsity beat chance?); ``"none"`` returns the posterior unchanged (sparsity 0) and
+  works for any posterior.
 * :func:`evaluate_repeated` — test accuracy (RMSE for regression) of the predictive mean over T
-  posterior draws, repeated n times with fresh draws: mean ± sd (seed 002 Table 4.3 procedure).
+  posterior draws, repeated n times with fresh draws: mean ± sd.
 """
 from __future__ import annotations
 
 import copy
-import math
 from typing import Optional
 
 import torch
 
-from .families import GaussianFamily
-from .meanfield import MeanFieldGuide
-from .radial import AutoRadial
+from .protocol import PrunableGuide, rule_mask
 
 __all__ = ["PRUNE_MODES", "sparsity", "prune", "evaluate_repeated", "guide_sparsity"]
 
+#: the pruning modes of :func:`prune` (the one definition; the CLI and grids use it)
 PRUNE_MODES = ("none", "principled", "random")
-_SNR_RULE = GaussianFamily()
 
 
-class _SiteView:
-    """Uniform access to one weight site of a variational guide: rule mask and in-place pruning.
-
-    ``offset`` is added to ``spread`` before the rule is applied (the Radial family's marginal sd
-    per weight is σ/√D, i.e. log σ − ½ log D).
-    """
-
-    def __init__(self, name, loc, spread, family, offset=0.0):
-        self.name, self.loc, self.spread, self.family, self.offset = name, loc, spread, family, offset
-
-    def pruned(self) -> torch.Tensor:
-        return (self.loc == 0) & (self.family.sigma(self.loc, self.spread) == 0)
-
-    def prunable(self, threshold) -> torch.Tensor:
-        with torch.no_grad():
-            return self.pruned() | self.family.prune_mask(self.loc, self.spread + self.offset, threshold)
-
-    def prune_(self, mask: torch.Tensor) -> None:
-        with torch.no_grad():
-            self.loc[mask] = 0.0
-            if self.family.param_name == "log_sigma":
-                self.spread[mask] = -math.inf
+def _weight_sites(guide, bnn) -> list[str]:
+    """The guide's weight sites when it has a pruning rule, else ``[]``."""
+    if not isinstance(guide, PrunableGuide) or guide.pruning_rule() is None:
+        return []
+    weights = set(bnn.site_names)
+    return [name for name in guide.sites() if name in weights]
 
 
-def _site_views(guide, bnn) -> tuple[list[_SiteView], object]:
-    if isinstance(guide, MeanFieldGuide):
-        views = []
-        for name in guide.site_names:
-            loc, spread = guide.site_params(name)
-            views.append(_SiteView(name, loc, spread, guide.family))
-        return views, guide.family
-    if isinstance(guide, AutoRadial):
-        weight_sites = {s.name for s in bnn.sites}
-        views = []
-        for name in guide.radial_site_names:
-            if name in weight_sites:
-                loc, log_scale = guide.site_params(name)
-                offset = -0.5 * math.log(max(1, loc.numel()))
-                views.append(_SiteView(name, loc.data, log_scale.data, _SNR_RULE, offset))
-        return views, _SNR_RULE
-    return [], None
-
-
-def _views_of(posterior, action: str):
-    guide = getattr(posterior, "guide", None)
-    views, family = _site_views(guide, posterior.bnn)
-    if not views:
+def _sites_of(posterior, action: str) -> list[str]:
+    sites = _weight_sites(getattr(posterior, "guide", None), posterior.bnn)
+    if not sites:
         backend = posterior.info.get("backend", "unknown") if hasattr(posterior, "info") else "unknown"
         raise ValueError(
             f"cannot {action}: the posterior (backend {backend!r}) has no variational-family weight sites; "
             f"fit the model with stochastic weights and a backend among 'graves', 'svi-lrt', 'sparse-vd', "
             f"'kingma-vd', 'radial'"
         )
-    return views, family
+    return sites
 
 
-def _report(views, masks, family, threshold) -> dict:
-    layers = {v.name: float(m.float().mean()) if m.numel() else 0.0 for v, m in zip(views, masks)}
-    counts = {v.name: int(m.sum()) for v, m in zip(views, masks)}
-    sizes = {v.name: int(m.numel()) for v, m in zip(views, masks)}
+def _report(sites, masks, rule, threshold) -> dict:
+    layers = {name: float(m.float().mean()) if m.numel() else 0.0 for name, m in zip(sites, masks)}
+    counts = {name: int(m.sum()) for name, m in zip(sites, masks)}
+    sizes = {name: int(m.numel()) for name, m in zip(sites, masks)}
     total = sum(sizes.values())
     pruned = sum(counts.values())
     return {
-        "family": family.name,
-        "rule": family.rule,
+        "family": rule.family,
+        "rule": rule.text,
         "threshold": threshold,
         "layers": layers,
         "pruned": counts,
@@ -109,11 +73,16 @@ def _report(views, masks, family, threshold) -> dict:
 
 def guide_sparsity(guide, bnn, threshold: Optional[float] = None) -> dict:
     """:func:`sparsity` of a guide (used for tracking during training); ``{}`` without weight sites."""
-    views, family = _site_views(guide, bnn)
-    if not views:
+    sites = _weight_sites(guide, bnn)
+    if not sites:
         return {}
-    threshold = family.check_threshold(threshold)
-    return _report(views, [v.prunable(threshold) for v in views], family, threshold)
+    return _rule_report(guide, sites, threshold)
+
+
+def _rule_report(guide, sites, threshold) -> dict:
+    rule = guide.pruning_rule()
+    threshold = rule.check_threshold(threshold)
+    return _report(sites, [rule_mask(guide, name, threshold) for name in sites], rule, threshold)
 
 
 def sparsity(posterior, threshold: Optional[float] = None) -> dict:
@@ -131,9 +100,7 @@ def sparsity(posterior, threshold: Optional[float] = None) -> dict:
     Raises:
         ValueError: no variational-family weight sites, or a threshold out of range.
     """
-    views, family = _views_of(posterior, "compute sparsity")
-    threshold = family.check_threshold(threshold)
-    return _report(views, [v.prunable(threshold) for v in views], family, threshold)
+    return _rule_report(posterior.guide, _sites_of(posterior, "compute sparsity"), threshold)
 
 
 def prune(posterior, mode: str = "principled", seed: int = 0, threshold: Optional[float] = None):
@@ -155,14 +122,15 @@ def prune(posterior, mode: str = "principled", seed: int = 0, threshold: Optiona
         raise ValueError(f"unknown pruning mode {mode!r}; valid modes: {', '.join(PRUNE_MODES)}")
     if mode == "none":
         report = {"mode": "none", "layers": {}, "num_pruned": 0, "sparsity": 0.0}
-        views, family = _site_views(getattr(posterior, "guide", None), posterior.bnn)
-        if views:
-            report["learned_sparsity"] = guide_sparsity(posterior.guide, posterior.bnn, threshold)["sparsity"]
+        learned = guide_sparsity(getattr(posterior, "guide", None), posterior.bnn, threshold)
+        if learned:
+            report["learned_sparsity"] = learned["sparsity"]
         return posterior, report
-    views, family = _views_of(posterior, "prune")
-    threshold = family.check_threshold(threshold)
-    rule_masks = [v.prunable(threshold) for v in views]
-    learned = _report(views, rule_masks, family, threshold)["sparsity"]
+    sites = _sites_of(posterior, "prune")
+    rule = posterior.guide.pruning_rule()
+    threshold = rule.check_threshold(threshold)
+    rule_masks = [rule_mask(posterior.guide, name, threshold) for name in sites]
+    learned = _report(sites, rule_masks, rule, threshold)["sparsity"]
     if mode == "random":
         generator = torch.Generator().manual_seed(int(seed))
         masks = []
@@ -173,10 +141,9 @@ def prune(posterior, mode: str = "principled", seed: int = 0, threshold: Optiona
     else:
         masks = rule_masks
     guide = copy.deepcopy(posterior.guide)
-    new_views, _ = _site_views(guide, posterior.bnn)
-    for view, mask in zip(new_views, masks):
-        view.prune_(mask)
-    report = {"mode": mode, **_report(new_views, masks, family, threshold), "learned_sparsity": learned}
+    for name, mask in zip(sites, masks):
+        guide.prune_(name, mask)
+    report = {"mode": mode, **_report(sites, masks, rule, threshold), "learned_sparsity": learned}
     info = {**posterior.info, "pruning": report}
     pruned = type(posterior)(posterior.bnn, guide, posterior.guide_name, posterior.guide_kwargs, info)
     return pruned, report

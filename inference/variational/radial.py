@@ -1,7 +1,7 @@
-"""The Radial variational family (Farquhar et al. 2020) as a Pyro AutoGuide, with seed 004's
+"""The Radial variational family (Farquhar, Osborne & Gal 2020) as a Pyro AutoGuide, with an
 M-independent Monte Carlo KL.
 
-**Family.**  For one parameter tensor with D entries (seed 004 §5 "Setup")
+**Family.**  For one parameter tensor with D entries (Farquhar, Osborne & Gal 2020)
 
     w = μ + σ ⊙ ξ,   ξ = r · ε/‖ε‖,   ε ~ N(0, I_D),  r ~ N(0, 1),
 
@@ -15,8 +15,8 @@ analytic (Farquhar et al. 2020 eq. 5, with the constant made explicit):
 
 * ``"naive"``: (1/M) Σ_m −log p(μ + σ ⊙ ξ_m) with autograd through all M weight draws — the
   graph (and memory) grows linearly in M; works for any prior;
-* ``"reparameterized"`` (seed 004 §4, Theorem 2 with k = 2, Table 1 "Radial / Normal"): for a
-  Normal prior N(m, s²) the integrand is a polynomial in ξ,
+* ``"reparameterized"``: for a Normal prior N(m, s²) the integrand is a polynomial of degree 2
+  in ξ,
 
       −log p(w_i) = log s_i + ½ log 2π + [(μ_i−m_i)² + 2(μ_i−m_i)σ_i ξ_i + σ_i² ξ_i²] / (2 s_i²),
 
@@ -29,7 +29,9 @@ analytic (Farquhar et al. 2020 eq. 5, with the constant made explicit):
 :class:`AutoRadial` is an ``AutoGuide`` for any Pyro model: Radial factors on real-valued sites,
 the ``AutoNormal`` construction on constrained ones (e.g. a noise precision).  Its
 ``site_kl(name, prior)`` hook returns −H(q) + cross-entropy, which :mod:`inference.elbo` uses
-in place of a one-sample estimate.
+in place of a one-sample estimate.  It implements :class:`~inference.variational.protocol.PrunableGuide`
+with the marginal sd σ/√D per weight (E ξ_i² = 1/D) and the signal-to-noise rule of Graves (2011),
+and runs in Pyro's module-local parameter mode (:class:`~inference.variational.protocol.ModuleLocalParams`).
 """
 from __future__ import annotations
 
@@ -46,7 +48,9 @@ from pyro.infer.autoguide.utils import deep_setattr
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import biject_to
 
-from .latents import normal_prior_params, sample_unconstrained
+from .families import fast_exp
+from .latents import is_real_support, normal_prior_params, sample_unconstrained
+from .protocol import SNR_RULE, ModuleLocalParams, PruningRule
 
 __all__ = [
     "RadialNormal",
@@ -206,21 +210,15 @@ def check_mc_kl_options(mc_kl_samples, mc_kl_estimator):
         raise ValueError(f"unknown mc_kl_estimator {mc_kl_estimator!r}; valid: {', '.join(MC_KL_ESTIMATORS)}")
 
 
-def _is_real(support) -> bool:
-    while isinstance(support, constraints.independent):
-        support = support.base_constraint
-    return support is constraints.real
-
-
-class AutoRadial(AutoGuide):
-    """Radial posterior (Farquhar et al. 2020) on every real-valued latent site of a Pyro model.
+class AutoRadial(ModuleLocalParams, AutoGuide):
+    """Radial posterior (Farquhar, Osborne & Gal 2020) on every real-valued latent site of a Pyro model.
 
     Args:
         model: a Pyro model (e.g. ``bnn.model``); sites must lie outside plates (global latents).
         init_loc_fn: per-site initialisation of μ (Pyro's ``init_to_*`` functions).
         init_scale: initial σ of every entry (and of the constrained sites' Normal factors).
         mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1).
-        mc_kl_estimator: ``"reparameterized"`` (seed 004; Normal priors) or ``"naive"``.
+        mc_kl_estimator: ``"reparameterized"`` (M-independent; Normal priors) or ``"naive"``.
         chunk_elements: noise elements held at once while accumulating (memory bound).
     """
 
@@ -256,18 +254,46 @@ class AutoRadial(AutoGuide):
             init = biject_to(support).inv(site["value"].detach()).detach()
             deep_setattr(self.locs, name, PyroParam(init, constraints.real))
             deep_setattr(self.log_scales, name, PyroParam(torch.full_like(init, math.log(self.init_scale)), constraints.real))
-            if _is_real(support):
+            if is_real_support(support):
                 self._radial_sites[name] = site["fn"].event_dim
             else:
                 self._other_sites[name] = (support, site["fn"].event_dim)
 
-    @property
-    def radial_site_names(self) -> list[str]:
-        return list(self._radial_sites)
-
     def site_params(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(μ, log σ)`` of site ``name`` (the trainable tensors themselves)."""
         return _raw_param(self.locs, name), _raw_param(self.log_scales, name)
+
+    # ------------------------------------------------------------------ VariationalGuide protocol
+    def sites(self) -> list[str]:
+        """The Radial (real-valued) sites, in the model's order."""
+        return list(self._radial_sites)
+
+    def _radial_params(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if name not in self._radial_sites:
+            raise KeyError(f"{name!r} is not a Radial site of this guide; its sites: {', '.join(self.sites())}")
+        return self.site_params(name)
+
+    def site_loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(μ, σ/√D)``: the mean and the marginal sd of each of the site's D entries, detached."""
+        with torch.no_grad():
+            loc, log_scale = self._radial_params(name)
+            return loc.detach(), fast_exp(log_scale - 0.5 * math.log(max(1, loc.numel())))
+
+    def pruning_rule(self) -> PruningRule:
+        """|μ|/(σ/√D) < λ (Graves 2011's signal-to-noise rule on the marginal sd)."""
+        return SNR_RULE
+
+    def log_alpha(self, name: str) -> torch.Tensor:
+        """−2 log(|μ| √D / σ) of every entry of site ``name`` (α = marginal variance / μ²)."""
+        loc, scale = self.site_loc_scale(name)
+        return -2.0 * torch.log(loc.abs() / scale)
+
+    def prune_(self, name: str, mask: torch.Tensor) -> None:
+        """Set μ = 0 and σ = 0 (log σ = −∞) where ``mask`` holds: w = 0 in every draw."""
+        loc, log_scale = self._radial_params(name)
+        with torch.no_grad():
+            loc[mask] = 0.0
+            log_scale[mask] = -math.inf
 
     def forward(self, *args, **kwargs) -> dict:
         if self.prototype_trace is None:

@@ -1,5 +1,7 @@
-"""Self-contained HTML posterior-diagnostics reports for run directories.
+"""Self-contained HTML posterior-diagnostics reports for runs.
 
+A report reads what a run stored — its folder, or the in-memory
+:class:`~lab.runs.RunResult` of :func:`lab.runs.execute` — and never predicts again.
 ``python -m zoo report RUN_DIR [RUN_DIR ...] [--out FILE]`` (or ``fit --report``) writes
 ``RUN_DIR/report.html`` per run — configuration and timings, R-hat / ESS / MCSE with
 trace and rank plots, HMC/NUTS energy and divergences, the ELBO and KL-annealing curves,
@@ -9,7 +11,8 @@ several runs, a comparison page with ``az.compare``.  Images are embedded as bas
 A section that does not apply to a run says so in one line.
 
 In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`, and
-:func:`render_section` for one section (e.g. inline in a notebook).
+:func:`render_section` for one section (e.g. inline in a notebook); each takes a run folder,
+a :class:`Run` or a ``RunResult``.
 """
 from __future__ import annotations
 
@@ -21,9 +24,10 @@ from typing import Callable, Sequence
 
 from . import compare, layers, predictive, sections
 from .html import Section, note, page
-from .rundata import NotApplicable, Run, open_run
+from .rundata import NotApplicable, Run, as_run, open_run
 
-__all__ = ["RUN_SECTIONS", "render_run", "render_section", "write_report", "write_comparison", "NotApplicable", "Run", "open_run"]
+__all__ = ["RUN_SECTIONS", "render_run", "render_section", "write_report", "write_comparison", "NotApplicable", "Run",
+           "open_run", "as_run"]
 
 #: (title, builder) of every per-run section, in page order
 RUN_SECTIONS: list[tuple[str, Callable[[Run], str]]] = [
@@ -51,48 +55,59 @@ def _section(title: str, builder: Callable, *args) -> Section:
         return Section(title, note(f"This section failed: {type(err).__name__}: {err}", "error"))
 
 
-def render_run(run: Run) -> str:
-    """The HTML page of one run."""
+def render_run(run) -> str:
+    """The HTML page of one run (a run folder, a :class:`Run` or a ``RunResult``)."""
+    run = as_run(run)
     built = [_section(title, builder, run) for title, builder in RUN_SECTIONS]
-    return page(f"Posterior diagnostics: {run.name}", f"{run.title()} — {run.dir}", built)
+    return page(f"Posterior diagnostics: {run.name}", f"{run.title()} — {run.directory or 'in memory'}", built)
 
 
 def render_section(run, title: str) -> str:
     """One section of a run's report as HTML, e.g. for ``IPython.display.HTML`` in a notebook.
 
     Args:
-        run: a :class:`Run` or a run directory.
+        run: a run folder, a :class:`Run` or a ``RunResult``.
         title: the section's title or its start, case-insensitive (``"sampler"``, ``"LOO"``).
     """
-    run = run if isinstance(run, Run) else open_run(run)
     matches = [(t, b) for t, b in RUN_SECTIONS if t.lower().startswith(title.lower())]
     if not matches:
         raise ValueError(f"no report section starts with {title!r}; sections: {', '.join(t for t, _ in RUN_SECTIONS)}")
-    return _section(*matches[0], run).render()
+    return _section(*matches[0], as_run(run)).render()
 
 
-def write_report(run_dir, out=None) -> Path:
-    """Write ``out`` (default ``RUN_DIR/report.html``) for one run directory; returns its path."""
-    run = open_run(run_dir)
-    out = Path(out) if out is not None else run.dir / REPORT_NAME
+def write_report(run, out=None) -> Path:
+    """Write ``out`` (default ``RUN_DIR/report.html``) for one run; returns its path.
+
+    ``run`` is a run folder, a :class:`Run` or a ``RunResult``; one that was never written to a
+    folder needs ``out``.
+    """
+    run = as_run(run)
+    if out is None:
+        if run.directory is None:
+            raise ValueError(f"run {run.name!r} is in memory only; pass out=... to say where its report goes")
+        out = run.directory / REPORT_NAME
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_run(run), encoding="utf-8")
     return out
 
 
-def write_comparison(run_dirs: Sequence, out=None, reports: dict | None = None) -> Path:
-    """Write a comparison page over several run directories (default: ``comparison.html`` in their common folder).
+def write_comparison(runs: Sequence, out=None, reports: dict | None = None) -> Path:
+    """Write a comparison page over several runs (folders, :class:`Run` s or ``RunResult`` s).
 
-    ``reports`` maps run names to their per-run report paths, linked from the runs table.
+    ``out`` defaults to ``comparison.html`` in the run folders' common folder; ``reports`` maps
+    run names to their per-run report paths, linked from the runs table.
     """
-    if len(run_dirs) < 2:
-        raise ValueError(f"a comparison needs at least 2 run directories, got {len(run_dirs)}")
-    runs = [open_run(d) for d in run_dirs]
+    if len(runs) < 2:
+        raise ValueError(f"a comparison needs at least 2 runs, got {len(runs)}")
+    runs = [as_run(r) for r in runs]
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
-        raise ValueError(f"run directories must have distinct names to be compared, got {names}")
+        raise ValueError(f"runs must have distinct names to be compared, got {names}")
     if out is None:
-        out = Path(os.path.commonpath([str(r.dir.resolve()) for r in runs])) / "comparison.html"
+        if any(r.directory is None for r in runs):
+            raise ValueError("some runs are in memory only; pass out=... to say where the comparison goes")
+        out = Path(os.path.commonpath([str(r.directory.resolve()) for r in runs])) / "comparison.html"
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     links = {name: os.path.relpath(path, out.parent) for name, path in (reports or {}).items()}
@@ -113,17 +128,13 @@ def add_report_arguments(parser) -> None:
 
 
 def run_report_command(args) -> int:
-    dirs = [Path(d) for d in args.run_dirs]
-    for d in dirs:
-        open_run(d)  # fail early, with a clear message, before any work
-    if len(dirs) == 1:
-        print(f"wrote {write_report(dirs[0], args.out)}")
+    runs = [open_run(d) for d in args.run_dirs]  # fail early, with a clear message, before any work
+    if len(runs) == 1:
+        print(f"wrote {write_report(runs[0], args.out)}")
         return 0
     reports = {}
-    for d in dirs:
-        path = write_report(d)
-        reports[open_run(d).name] = path
-        print(f"wrote {path}")
-    print(f"wrote {write_comparison(dirs, args.out, reports)}")
+    for run in runs:
+        reports[run.name] = write_report(run)
+        print(f"wrote {reports[run.name]}")
+    print(f"wrote {write_comparison(runs, args.out, reports)}")
     return 0
-

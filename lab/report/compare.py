@@ -10,7 +10,7 @@ import numpy as np
 
 from . import plots
 from .html import escape, fmt, frame_table, image, note, paragraph
-from .predictive import LEVELS, coverage_curve, loo_data, pit_values, reliability_bins
+from .predictive import LEVELS, coverage_curve, loo_data, pit_values, reliability_curve
 from .rundata import NotApplicable, Run
 
 __all__ = ["runs_table", "loo_compare", "calibration_overlay"]
@@ -66,18 +66,19 @@ def calibration_overlay(runs: list[Run]) -> str:
     tasks = {r.task for r in runs}
     if len(tasks) > 1:
         raise NotApplicable(f"runs mix tasks ({', '.join(sorted(tasks))}); calibration curves are not comparable")
-    if tasks == {"classification"}:
-        curves, skipped = {}, []
-        for run in runs:
-            try:
-                curves[run.name] = reliability_bins(run.prediction.mean, run.test_targets())
-            except NotApplicable as err:
-                skipped.append(f"{run.name}: {err}")
-        if not curves:
-            raise NotApplicable("no run's posterior and data could be loaded: " + "; ".join(skipped))
-        picture = plots.reliability_png(curves)
-    else:
-        curves = {run.name: (LEVELS, coverage_curve(pit_values(run)[0])) for run in runs}
-        picture, skipped = plots.coverage_png(curves), []
+    curve = reliability_curve if tasks == {"classification"} else _coverage
+    curves, skipped = {}, []
+    for run in runs:
+        try:
+            curves[run.name] = curve(run)
+        except NotApplicable as err:
+            skipped.append(f"{run.name}: {err}")
+    if not curves:
+        raise NotApplicable("no run stored the prediction its calibration needs: " + "; ".join(skipped))
+    picture = plots.reliability_png(curves) if tasks == {"classification"} else plots.coverage_png(curves)
     return "\n".join([paragraph("One curve per run; the dashed diagonal is perfect calibration."),
                       *(note(s) for s in skipped), image(picture, "calibration across runs")])
+
+
+def _coverage(run: Run) -> tuple:
+    return LEVELS, coverage_curve(pit_values(run))

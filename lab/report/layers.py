@@ -1,19 +1,19 @@
 """Per-layer view of a variational posterior: signal-to-noise, log α and sparsity.
 
 For a weight with variational mean μ and sd σ the dropout rate parameter is
-α = σ² / μ² (Kingma et al. 2015; Molchanov et al. 2017, eq. 8), so
+α = σ² / μ² (Kingma, Salimans & Welling 2015; Molchanov, Ashukha & Vetrov 2017), so
 log α = −2 log(|μ|/σ): one number for every family.  Each family prunes by its own rule
 (:mod:`inference.variational.pruning`): sparse VD log α > 3, Kingma VD log α ≥ 0, Graves and
-Radial |μ|/σ < λ = 0.83 (log α > −2 log λ).  (μ, σ) come from the guide — the
-mean-field families' ``site_params`` and ``family.sigma``, the Radial guide's marginal sd
-σ/√D, Pyro's ``AutoNormal`` — and are otherwise estimated from posterior draws.
+Radial |μ|/σ < λ = 0.83 (log α > −2 log λ).  (μ, σ) and the rule come from the guide through
+:class:`inference.variational.VariationalGuide` (for the Radial guide σ is the marginal sd σ/√D);
+for other posteriors they are estimated from posterior draws.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
+
+from inference.variational import VariationalGuide, get_family, sparsity
 
 from . import plots
 from .html import image, note, paragraph, table
@@ -21,36 +21,32 @@ from .rundata import NotApplicable, Run
 
 __all__ = ["variational_layers", "loc_scale", "family_rule"]
 
-#: log α threshold of sparse variational dropout (Molchanov et al. 2017), used when the guide has no rule
-LOG_ALPHA_THRESHOLD = 3.0
+#: the rule shown for guides without one: sparse variational dropout's log α > 3 (Molchanov et al. 2017)
+FALLBACK_RULE = get_family("sparse-vd").pruning_rule
 ESTIMATE_DRAWS = 400
+
+
+def _protocol_guide(posterior):
+    """The posterior's guide when it follows :class:`VariationalGuide` over every random weight site."""
+    guide = getattr(posterior, "guide", None)
+    if isinstance(guide, VariationalGuide) and {s.name for s in posterior.bnn.sites} <= set(guide.sites()):
+        return guide
+    return None
 
 
 def loc_scale(posterior, num_draws: int = ESTIMATE_DRAWS) -> tuple[dict, str]:
     """``{site: (μ [n], σ [n])}`` (flattened numpy) over the random *weight* sites, and their source."""
-    from pyro.infer.autoguide import AutoNormal
-
     names = [s.name for s in posterior.bnn.sites]
-    guide = getattr(posterior, "guide", None)
-    out = {}
+    guide = _protocol_guide(posterior)
+    if guide is not None:
+        out = {}
+        for name in names:
+            loc, scale = guide.site_loc_scale(name)
+            out[name] = (loc.reshape(-1).numpy(), scale.reshape(-1).numpy())
+        return out, f"the {posterior.guide_name!r} guide's variational parameters (marginal mean and sd per weight)"
     with torch.no_grad():
-        if hasattr(guide, "radial_site_names"):  # inference.variational.AutoRadial
-            for name in names:
-                loc, log_scale = guide.site_params(name)
-                sd = log_scale.exp() / math.sqrt(max(1, loc.numel()))  # marginal sd: E ξ_i² = 1/D
-                out[name] = (loc.reshape(-1).numpy(), sd.reshape(-1).numpy())
-            return out, "the Radial guide (marginal sd σ/√D)"
-        if hasattr(guide, "site_params") and hasattr(guide, "family"):  # inference.variational.MeanFieldGuide
-            for name in names:
-                loc, s = guide.site_params(name)
-                out[name] = (loc.reshape(-1).numpy(), guide.family.sigma(loc, s).reshape(-1).numpy())
-            return out, f"the {guide.family.name} guide's variational parameters"
-        if isinstance(guide, AutoNormal):
-            for name in names:
-                loc, scale = guide._get_loc_and_scale(name)
-                out[name] = (loc.reshape(-1).numpy(), scale.reshape(-1).numpy())
-            return out, "the AutoNormal guide's variational parameters"
         draws = posterior.sample_params(num_draws, seed=0)
+    out = {}
     for name in names:
         flat = draws[name].reshape(draws[name].shape[0], -1)
         out[name] = (flat.mean(0).numpy(), flat.std(0).numpy())
@@ -62,17 +58,13 @@ def family_rule(posterior):
 
     Falls back to sparse VD's log α > 3 for guides without one (e.g. ``AutoNormal``).
     """
-    try:
-        from inference.variational.pruning import sparsity
-
-        report = sparsity(posterior)
-    except (ImportError, ValueError):
-        return None, f"log α > {LOG_ALPHA_THRESHOLD:g} (sparse VD's rule; this guide has none)", LOG_ALPHA_THRESHOLD
-    family = getattr(getattr(posterior, "guide", None), "family", None)
-    threshold = float(report["threshold"])
-    if not hasattr(family, "log_alpha"):  # an SNR rule: |μ|/σ < λ  ⇔  log α > −2 log λ
-        threshold = -2.0 * math.log(threshold)
-    return report["layers"], report["rule"], threshold
+    guide = _protocol_guide(posterior)
+    rule = guide.pruning_rule() if guide is not None else None
+    if rule is None:
+        threshold = FALLBACK_RULE.default_threshold
+        return None, f"log α > {threshold:g} (sparse VD's rule; this guide has none)", threshold
+    report = sparsity(posterior)
+    return report["layers"], report["rule"], rule.log_alpha_threshold(report["threshold"])
 
 
 def _median(values: np.ndarray) -> float:

@@ -136,7 +136,8 @@ def pit_png(pit: np.ndarray, bins: int = 20) -> str:
 def reliability_png(curves: Mapping[str, tuple]) -> str:
     """Reliability diagram: accuracy per confidence bin against the bin's mean confidence.
 
-    ``curves`` maps a label to ``(confidence [B], accuracy [B], counts [B])`` over non-empty bins.
+    ``curves`` maps a label to ``(confidence [B], accuracy [B], counts [B])`` over non-empty bins
+    (counts set the marker sizes; any quantity proportional to them, e.g. shares, will do).
     """
     fig, (ax,) = _figure(width=4.2, height=3.6)
     ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="ideal")
@@ -149,18 +150,19 @@ def reliability_png(curves: Mapping[str, tuple]) -> str:
     return png(fig)
 
 
-def bands_png(train, test, grid, mean, bands: Mapping[str, tuple], epistemic=None) -> str:
-    """1-D predictive mean and central bands (original units) with training and test points."""
+def bands_png(train, test, x, mean, bands: Mapping[str, tuple], epistemic=None, xlabel: str = "x") -> str:
+    """1-D predictive mean and central bands at sorted inputs ``x`` with test and (optional) training points."""
     fig, (ax,) = _figure(width=6.5, height=3.6)
     for alpha, (label, (lo, hi)) in zip((0.18, 0.3, 0.42), bands.items()):
-        ax.fill_between(grid, lo, hi, color="C0", alpha=alpha, lw=0, label=label)
+        ax.fill_between(x, lo, hi, color="C0", alpha=alpha, lw=0, label=label)
     if epistemic is not None:
-        ax.plot(grid, epistemic[0], color="C1", lw=0.8, ls=":", label="± 2 sd of f (epistemic)")
-        ax.plot(grid, epistemic[1], color="C1", lw=0.8, ls=":")
-    ax.plot(grid, mean, color="C0", lw=1.5, label="predictive mean")
+        ax.plot(x, epistemic[0], color="C1", lw=0.8, ls=":", label="± 2 sd of f (epistemic)")
+        ax.plot(x, epistemic[1], color="C1", lw=0.8, ls=":")
+    ax.plot(x, mean, color="C0", lw=1.5, label="predictive mean")
     ax.scatter(*test, s=4, color="grey", alpha=0.5, label="test")
-    ax.scatter(*train, s=14, color="k", label="train")
-    ax.set(xlabel="x", ylabel="y")
+    if train is not None:
+        ax.scatter(*train, s=14, color="k", label="train")
+    ax.set(xlabel=xlabel, ylabel="y")
     ax.legend(fontsize=7, loc="best")
     return png(fig)
 

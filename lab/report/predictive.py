@@ -1,16 +1,19 @@
 """Per-run report sections about predictions: LOO/WAIC, calibration, 1-D predictive bands.
 
-* PSIS-LOO and WAIC (Vehtari, Gelman & Gabry 2017) from the pointwise log-likelihood of
-  the *training* points (the data the posterior was conditioned on), with the Pareto-k̂
-  diagnostic: k̂ above ArviZ's sample-size-dependent threshold (≤ 0.7) marks points whose
-  importance weights have too heavy a tail for a reliable estimate.  Next to it, the test
-  lppd Σ_n log (1/S) Σ_s p(y_n | w_s) over the held-out points of ``posterior.nc``.
+All of them read what the run stored; none predicts again.
+
+* PSIS-LOO (Vehtari, Gelman & Gabry 2017) and WAIC (Watanabe 2010) from the pointwise
+  log-likelihood of the *training* points in ``train.nc`` (the data the posterior was
+  conditioned on), with the Pareto-k̂ diagnostic: k̂ above ArviZ's sample-size-dependent
+  threshold (≤ 0.7) marks points whose importance weights have too heavy a tail for a
+  reliable estimate.  Next to it, the test lppd Σ_n log (1/S) Σ_s p(y_n | w_s) over the
+  held-out points of ``posterior.nc``.
 * Regression calibration: the PIT value u_n = F(y_n | data) of each test target under the
-  predictive mixture; target n is inside the central level-p interval iff
-  (1−p)/2 ≤ u_n ≤ (1+p)/2, which gives the coverage-vs-nominal curve.  Uniform PIT values
-  ⇔ calibrated.
+  predictive mixture (Gneiting & Raftery 2007), stored by the run; target n is inside the
+  central level-p interval iff (1−p)/2 ≤ u_n ≤ (1+p)/2, which gives the coverage-vs-nominal
+  curve.  Uniform PIT values ⇔ calibrated.
 * Classification calibration: reliability diagram and ECE with 15 equal-width confidence
-  bins (Guo et al. 2017), from :func:`inference.metrics.expected_calibration_error`.
+  bins (Guo et al. 2017) of the stored mean class probabilities.
 """
 from __future__ import annotations
 
@@ -18,16 +21,16 @@ import arviz as az
 import numpy as np
 import torch
 
-from inference.metrics import expected_calibration_error
+from inference.metrics import calibration_bins, coverage_from_pit, ece_from_probs
 from . import plots
 from .html import fmt, image, note, paragraph, table
 from .rundata import NotApplicable, Run
 
-__all__ = ["loo_waic", "loo_data", "test_lppd", "calibration", "bands", "pit_values", "coverage_curve", "reliability_bins", "LEVELS"]
+__all__ = ["loo_waic", "loo_data", "test_lppd", "calibration", "bands", "pit_values", "coverage_curve",
+           "reliability_curve", "LEVELS"]
 
 LEVELS = np.round(np.append(np.arange(0.05, 1.0, 0.05), 0.99), 2)
 ECE_BINS = 15
-GRID_POINTS = 300
 
 
 def loo(idata):
@@ -37,22 +40,12 @@ def loo(idata):
 
 
 def loo_data(run: Run) -> tuple[object, str]:
-    """The InferenceData to run PSIS-LOO on, and a sentence saying which data it holds.
-
-    LOO needs the log-likelihood of the points the posterior was fitted to: the training
-    data (re-created from the run spec).  When the posterior or the data cannot be loaded,
-    the test-set log-likelihood of ``posterior.nc`` is used, with a warning.
-    """
-    try:
-        idata = run.train_idata
-        n = idata.log_likelihood.sizes["obs_id"]
-        total = run.dataset.n_train
-        which = f"all {n}" if n == total else f"a seeded random {n} of {total}"
-        return idata, f"PSIS-LOO and WAIC on {which} training points (the data the posterior was fitted to)."
-    except NotApplicable as reason:
-        return run.idata, (f"PSIS-LOO and WAIC on the test-set log-likelihood of posterior.nc, because {reason}. "
-                           "The posterior was not fitted to these points, so this LOO is pessimistic; "
-                           "the test lppd is the direct held-out score.")
+    """The training-set InferenceData (``train.nc``) to run PSIS-LOO on, and a sentence saying what it holds."""
+    idata = run.train_idata
+    n = idata.log_likelihood.sizes["obs_id"]
+    total = run.n_train
+    which = f"all {n}" if total in (None, n) else f"a seeded random {n} of {total}"
+    return idata, f"PSIS-LOO and WAIC on {which} training points (the data the posterior was fitted to)."
 
 
 def test_lppd(idata) -> tuple[float, int]:
@@ -103,52 +96,44 @@ def loo_waic(run: Run) -> str:
     return "\n".join(parts)
 
 
-def pit_values(run: Run) -> tuple[np.ndarray, str]:
-    """PIT values ``[N·O]`` of the test targets and where they come from.
-
-    Exact from the saved posterior's predictive mixture CDF when the posterior and the data
-    can be loaded; otherwise the share of posterior-predictive draws in ``posterior.nc`` at or
-    below each observation (Monte Carlo, S draws).
-    """
-    try:
-        pit = run.prediction.pit
-        if pit is not None:
-            return pit.numpy().ravel(), "exact predictive mixture CDF"
-    except NotApplicable:
-        pass
-    idata = run.idata
-    draws = idata.posterior_predictive["obs"].values
-    observed = idata.observed_data["obs"].values
-    draws = draws.reshape(-1, *observed.shape)
-    return (draws <= observed[None]).mean(0).ravel(), f"{draws.shape[0]} posterior-predictive draws"
+def pit_values(run: Run) -> np.ndarray:
+    """The run's PIT values ``[N·O]`` of the test targets (exact predictive mixture CDF)."""
+    predictions = run.predictions()
+    if "pit" not in predictions:
+        raise NotApplicable("the stored prediction holds no PIT values (a classification run, or made without targets)")
+    return predictions["pit"].values.ravel()
 
 
 def coverage_curve(pit: np.ndarray, levels=LEVELS) -> np.ndarray:
     """Empirical coverage of central intervals at each nominal level, from PIT values."""
-    pit = np.asarray(pit)
-    return np.array([np.mean((pit >= (1 - p) / 2) & (pit <= (1 + p) / 2)) for p in levels])
+    return np.array([coverage_from_pit(torch.as_tensor(pit), float(p)) for p in levels])
 
 
-def reliability_bins(probs: torch.Tensor, labels: torch.Tensor, num_bins: int = ECE_BINS):
-    """Non-empty equal-width confidence bins: mean confidence, accuracy and count per bin."""
-    confidence, predicted = probs.max(-1)
-    correct = (predicted == labels).float()
-    index = torch.bucketize(confidence, torch.linspace(0, 1, num_bins + 1)[1:-1], right=True)
-    rows = [(float(confidence[index == b].mean()), float(correct[index == b].mean()), int((index == b).sum()))
-            for b in range(num_bins) if (index == b).any()]
-    return tuple(np.array(col) for col in zip(*rows))
+def reliability_curve(run: Run) -> tuple:
+    """``(confidence, accuracy, share)`` per non-empty bin of the run's stored class probabilities."""
+    probs, labels = _class_probabilities(run)
+    return tuple(c.numpy() for c in calibration_bins(probs, labels, ECE_BINS))
+
+
+def _class_probabilities(run: Run) -> tuple[torch.Tensor, torch.Tensor]:
+    predictions = run.predictions()
+    if "probs" not in predictions:
+        raise NotApplicable("the stored prediction holds no class probabilities")
+    labels = torch.as_tensor(run.idata.observed_data["obs"].values).long()
+    return torch.as_tensor(predictions["probs"].values), labels
 
 
 def calibration(run: Run) -> str:
     if run.task == "classification":
         return _classification_calibration(run)
-    pit, source = pit_values(run)
+    pit = pit_values(run)
     empirical = coverage_curve(pit)
     rows = [(f"{p:.0%}", run.metrics.get(f"coverage_{int(round(p * 100))}"), empirical[list(LEVELS).index(p)])
             for p in (0.5, 0.9, 0.95)]
     return "\n".join([
-        paragraph(f"Coverage of central predictive intervals (observation noise included) against their nominal "
-                  f"level; PIT values from the {source}. Curves below the diagonal are over-confident."),
+        paragraph("Coverage of central predictive intervals (observation noise included) against their nominal "
+                  f"level; PIT values of the {pit.size} test targets under the run's predictive mixture CDF. "
+                  "Curves below the diagonal are over-confident."),
         table(rows, ["nominal", "coverage (metrics.json)", "coverage (this curve)"]),
         image(plots.coverage_png({run.name: (LEVELS, empirical)}), "coverage vs nominal"),
         image(plots.pit_png(pit), "PIT histogram"),
@@ -156,43 +141,47 @@ def calibration(run: Run) -> str:
 
 
 def _classification_calibration(run: Run) -> str:
-    pred = run.prediction
-    labels = run.test_targets()
-    ece = expected_calibration_error(pred, labels, num_bins=ECE_BINS)
-    curve = reliability_bins(pred.mean, labels)
+    probs, labels = _class_probabilities(run)
+    ece = ece_from_probs(probs, labels, ECE_BINS)
     return "\n".join([
         paragraph(f"Reliability diagram with {ECE_BINS} equal-width confidence bins (marker size ∝ points per bin); "
                   "points below the diagonal are over-confident. (Coverage curves apply to regression.)"),
         table([("ECE", ece), ("accuracy", run.metrics.get("accuracy"))], ["metric", "value"]),
-        image(plots.reliability_png({run.name: curve}), "reliability diagram"),
+        image(plots.reliability_png({run.name: reliability_curve(run)}), "reliability diagram"),
     ])
 
 
+def _inputs(idata) -> np.ndarray:
+    if "constant_data" not in idata.groups() or "x" not in idata.constant_data:
+        raise NotApplicable("the inputs are not 1-D (no constant_data x in the InferenceData)")
+    return idata.constant_data["x"].values
+
+
 def bands(run: Run) -> str:
-    """Predictive mean, 50 % and 90 % central bands and the epistemic ±2 sd of f over a 1-D grid."""
+    """Predictive mean, 50 % and 90 % central bands and the epistemic ±2 sd of f at the test inputs."""
     if run.task != "regression":
         raise NotApplicable("predictive bands are drawn for regression only")
-    data = run.dataset
-    if data.x_train.dim() != 2 or data.input_dim != 1:
-        raise NotApplicable(f"inputs have shape {tuple(data.x_train.shape[1:])}; bands are drawn for 1-D inputs only")
-    x_all = torch.cat([data.x_train, data.x_test])
-    low, high = float(x_all.min()), float(x_all.max())
-    pad = 0.05 * (high - low)
-    grid = torch.linspace(low - pad, high + pad, GRID_POINTS).unsqueeze(-1)
-    pred = run.posterior.predict(grid, seed=run.seed)
-    (lo50, hi50), (lo90, hi90) = pred.interval(0.5), pred.interval(0.9)
-    mean, sd_f = pred.mean[:, 0], pred.epistemic_sd[:, 0]
-    x_train, x_test, x_grid = (data.x_to_original(x)[:, 0].numpy() for x in (data.x_train, data.x_test, grid))
+    x = _inputs(run.idata)
+    stored = run.predictions()
+    order = np.argsort(x, kind="stable")
+    first = {name: stored[name].values[order, 0] for name in
+             ("mean", "epistemic_sd", "lower_50", "upper_50", "lower_90", "upper_90")}
+    y_test = run.idata.observed_data["obs"].values
+    try:
+        train = (_inputs(run.train_idata), run.train_idata.observed_data["obs"].values[:, 0])
+    except NotApplicable:
+        train = None
+    mean, sd_f = first["mean"], first["epistemic_sd"]
     picture = plots.bands_png(
-        (x_train, data.y_train_original()[:, 0].numpy()),
-        (x_test, data.y_test_original()[:, 0].numpy()),
-        x_grid, mean.numpy(),
-        {"90 % predictive": (lo90[:, 0].numpy(), hi90[:, 0].numpy()),
-         "50 % predictive": (lo50[:, 0].numpy(), hi50[:, 0].numpy())},
-        epistemic=((mean - 2 * sd_f).numpy(), (mean + 2 * sd_f).numpy()),
+        train, (x, y_test[:, 0]), x[order], mean,
+        {"90 % predictive": (first["lower_90"], first["upper_90"]),
+         "50 % predictive": (first["lower_50"], first["upper_50"])},
+        epistemic=(mean - 2 * sd_f, mean + 2 * sd_f), xlabel="x (network input units)",
     )
-    extra = note(f"showing output 0 of {data.output_dim}") if data.output_dim > 1 else ""
-    return "\n".join([paragraph(f"{pred.num_samples} posterior draws on {GRID_POINTS} grid points, original units; "
-                                "bands include observation noise, the dotted lines show the network's own "
-                                f"(epistemic) spread. Widest epistemic sd: {fmt(float(sd_f.max()))}."),
+    outputs = y_test.shape[1]
+    extra = note(f"showing output 0 of {outputs}") if outputs > 1 else ""
+    return "\n".join([paragraph(f"The run's prediction ({stored.attrs.get('num_samples', '?')} posterior draws) at its "
+                                f"{x.size} test inputs, targets in original units; bands include observation noise, "
+                                "the dotted lines show the network's own (epistemic) spread. Widest epistemic sd: "
+                                f"{fmt(float(sd_f.max()))}."),
                       extra, image(picture, "predictive bands")])

@@ -1,23 +1,34 @@
-"""A run directory (written by :func:`lab.runs.execute`) opened for reporting.
+"""A run opened for reporting: its files, or the in-memory result of :func:`lab.runs.execute`.
 
-:class:`Run` reads ``metrics.json``, ``config.json`` and ``posterior.nc`` eagerly and the
-saved posterior, the dataset and a test-set prediction lazily: a section that needs one
-of them and cannot get it raises :class:`NotApplicable`, which the report renders as a
-one-line remark instead of failing.
+A report reads what the run stored and never predicts again or re-creates the data:
+
+* ``metrics.json``, ``config.json`` — test metrics, spec, backend options, data summary;
+* ``posterior.nc`` — test-set InferenceData whose ``predictions`` group holds the run's own
+  prediction (PIT values, predictive mean / sd / intervals, class probabilities) and whose
+  ``constant_data`` holds 1-D inputs;
+* ``train.nc`` — InferenceData on (a seeded subset of) the training points, for PSIS-LOO;
+* ``posterior/`` — the saved posterior, loaded only by sections that read its parameters.
+
+:func:`open_run` refuses a folder that is not a complete run (no ``COMPLETE`` marker, or a
+file changed since it was written); :meth:`Run.from_result` wraps an in-memory
+:class:`~lab.runs.RunResult` without touching files.  A section that needs something the run
+lacks raises :class:`NotApplicable`, which the report renders as a one-line remark.
 """
 from __future__ import annotations
 
 import json
-from functools import cached_property
 from pathlib import Path
+from typing import Optional
 
-import torch
+from inference.arviz_export import load_netcdf
+from inference.posterior import load_posterior, to_jsonable
+from lab.runs import RunResult
+from lab.store import StoreError, verify_run
 
-__all__ = ["Run", "NotApplicable", "open_run"]
+__all__ = ["Run", "NotApplicable", "open_run", "as_run", "REQUIRED_FILES"]
 
-
-#: PSIS-LOO on training data uses at most this many (seeded, random) points
-MAX_LOO_POINTS = 2000
+#: files every reportable run holds (``train.nc`` and ``posterior/`` are optional)
+REQUIRED_FILES = ("metrics.json", "config.json", "posterior.nc")
 
 
 class NotApplicable(Exception):
@@ -25,15 +36,87 @@ class NotApplicable(Exception):
 
 
 class Run:
-    """One run directory.  ``name`` labels the run in comparisons (the directory name)."""
+    """What a report reads about one run.
 
-    def __init__(self, directory):
-        self.dir = Path(directory)
-        self.metrics = _read_json(self.dir / "metrics.json")
-        self.config = _read_json(self.dir / "config.json") if (self.dir / "config.json").exists() else {}
-        self.spec = self.config.get("spec", {})
-        self.seed = int(self.spec.get("seed", self.metrics.get("seed", 0)))
-        self.name = self.dir.resolve().name
+    Args:
+        name: the run's label in comparisons (the directory name for a run folder).
+        metrics: the ``metrics.json`` record.
+        config: the ``config.json`` record (``spec``, ``backend_options``, ``data``, ``prune``).
+        idata: test-set InferenceData (``posterior.nc``).
+        train_idata: training-subset InferenceData (``train.nc``), or ``None``.
+        posterior: the fitted posterior, or ``None``.
+        info: the posterior's ``info`` record.
+        directory: the run folder, or ``None`` for a run held only in memory.
+    """
+
+    def __init__(self, name: str, metrics: dict, config: dict, idata, train_idata=None, posterior=None,
+                 info: Optional[dict] = None, directory=None):
+        self.name = name
+        self.metrics = dict(metrics)
+        self.config = dict(config or {})
+        self.spec = self.config.get("spec") or {}
+        self.info = dict(info or {})
+        self.directory = Path(directory) if directory is not None else None
+        self._parts = {"idata": idata, "train_idata": train_idata, "posterior": posterior}
+
+    @classmethod
+    def from_directory(cls, directory) -> "Run":
+        """A complete run folder (checked by :func:`open_run`); parts are read when first needed."""
+        directory = Path(directory)
+        info_path = directory / "posterior" / "info.json"
+        return cls(
+            name=directory.resolve().name,
+            metrics=_read_json(directory / "metrics.json"),
+            config=_read_json(directory / "config.json"),
+            idata=_Deferred(load_netcdf, directory / "posterior.nc"),
+            train_idata=_Deferred(load_netcdf, directory / "train.nc") if (directory / "train.nc").exists() else None,
+            posterior=_Deferred(_load_posterior, directory / "posterior"),
+            info=_read_json(info_path) if info_path.exists() else {},
+            directory=directory,
+        )
+
+    @classmethod
+    def from_result(cls, result, name: Optional[str] = None) -> "Run":
+        """A :class:`~lab.runs.RunResult` in memory (nothing is read or written)."""
+        metrics = to_jsonable(result.metrics)
+        if name is None:
+            name = (Path(result.directory).name if result.directory is not None else
+                    "-".join(str(metrics.get(k, "?")) for k in ("data", "model", "stochastic", "backend"))
+                    + f"-seed{metrics.get('seed', '?')}")
+        return cls(name, metrics, to_jsonable(result.config), result.idata, result.train_idata, result.posterior,
+                   info=to_jsonable(result.posterior.info),
+                   directory=result.directory)
+
+    def _part(self, key: str, missing: str):
+        value = self._parts[key]
+        if value is None:
+            raise NotApplicable(missing)
+        if isinstance(value, _Deferred):
+            value = self._parts[key] = value.load()
+        return value
+
+    # ------------------------------------------------------------------ parts
+    @property
+    def idata(self):
+        """Test-set InferenceData (``posterior.nc``)."""
+        return self._part("idata", "the run has no test-set InferenceData (posterior.nc)")
+
+    @property
+    def train_idata(self):
+        """InferenceData on the seeded training subset (``train.nc``), for PSIS-LOO / WAIC."""
+        return self._part("train_idata", "the run has no training-set InferenceData (train.nc)")
+
+    @property
+    def posterior(self):
+        """The fitted posterior (loaded from ``posterior/`` for a run folder)."""
+        return self._part("posterior", "the run has no saved posterior")
+
+    def predictions(self):
+        """The ``predictions`` group of ``posterior.nc``: the run's own per-point test-set summaries."""
+        idata = self.idata
+        if "predictions" not in idata.groups():
+            raise NotApplicable("posterior.nc holds no predictions group (exported without the run's prediction)")
+        return idata.predictions
 
     # ------------------------------------------------------------------ identity
     @property
@@ -44,6 +127,12 @@ class Run:
     def task(self) -> str:
         return str(self.metrics.get("task") or self.idata.attrs.get("task", "regression"))
 
+    @property
+    def n_train(self) -> Optional[int]:
+        """Training-set size from ``metrics.json`` or the data summary, if recorded."""
+        value = self.metrics.get("n_train", (self.config.get("data") or {}).get("n_train"))
+        return int(value) if value is not None else None
+
     def title(self) -> str:
         m = self.metrics
         return (
@@ -51,79 +140,45 @@ class Run:
             f"backend={self.backend} · seed {m.get('seed', '?')}"
         )
 
-    # ------------------------------------------------------------------ lazily loaded parts
-    @cached_property
-    def idata(self):
-        from inference.arviz_export import load_netcdf
-
-        path = self.dir / "posterior.nc"
-        if not path.exists():
-            raise NotApplicable(f"no {path.name} in {self.dir}")
-        return load_netcdf(path)
-
-    @cached_property
-    def posterior(self):
-        from inference.posterior import load_posterior
-
-        try:
-            return load_posterior(self.dir / "posterior")
-        except FileNotFoundError as err:
-            raise NotApplicable(f"the saved posterior is unavailable ({err})") from None
-
-    @property
-    def info(self) -> dict:
-        """The posterior's ``info`` record (from ``posterior/info.json``; no model needed)."""
-        path = self.dir / "posterior" / "info.json"
-        return _read_json(path) if path.exists() else {}
-
-    @cached_property
-    def dataset(self):
-        from zoo.datasets import load_dataset
-
-        if not self.spec:
-            raise NotApplicable("config.json has no run spec, so the data cannot be re-created")
-        try:
-            return load_dataset(
-                self.spec["data"], split=self.spec.get("split", 0), seed=self.spec.get("seed", 0),
-                **self.spec.get("data_options", {}),
-            )
-        except (ValueError, FileNotFoundError) as err:
-            raise NotApplicable(f"the dataset cannot be re-created here: {str(err).splitlines()[0]}") from None
-
-    def test_targets(self):
-        data = self.dataset
-        return data.y_test_original() if data.task == "regression" else data.y_test
-
-    @cached_property
-    def train_idata(self):
-        """InferenceData on (up to ``MAX_LOO_POINTS`` seeded random) *training* points, for PSIS-LOO/WAIC.
-
-        ``posterior.nc`` holds test-set log-likelihoods; PSIS-LOO needs those of the data
-        the posterior was fitted to.
-        """
-        data = self.dataset
-        index = torch.arange(data.n_train)
-        if data.n_train > MAX_LOO_POINTS:
-            generator = torch.Generator().manual_seed(self.seed)
-            index = torch.randperm(data.n_train, generator=generator)[:MAX_LOO_POINTS].sort().values
-        y = data.y_train_original() if data.task == "regression" else data.y_train
-        return self.posterior.to_arviz(data.x_train[index], y[index], seed=self.seed, include_weights=False)
-
-    @cached_property
-    def prediction(self):
-        """Seeded posterior predictive on the test set, with targets (PIT / log densities)."""
-        return self.posterior.predict(self.dataset.x_test, y=self.test_targets(), seed=self.seed)
-
 
 def open_run(directory) -> Run:
-    """A :class:`Run`, or a ``FileNotFoundError`` saying what a run directory must hold."""
-    directory = Path(directory)
-    if not (directory / "metrics.json").exists():
-        raise FileNotFoundError(
-            f"{directory} is not a run directory (no metrics.json); create one with "
-            "'python -m zoo fit ... --out DIR'"
-        )
-    return Run(directory)
+    """A :class:`Run` of a complete run folder, or a one-line ``StoreError`` saying why not.
+
+    The folder must carry the ``COMPLETE`` marker written last by :func:`lab.runs.execute` and
+    every file it lists, unchanged: a half-written or damaged run is never rendered.
+    """
+    try:
+        verify_run(directory, required=REQUIRED_FILES)
+    except StoreError as err:
+        raise StoreError(f"cannot report on {directory}: {err} (runs are written by "
+                         "'python -m zoo fit ... --out DIR')") from None
+    return Run.from_directory(directory)
+
+
+def as_run(run) -> Run:
+    """``run`` as a :class:`Run`: a Run, a :class:`~lab.runs.RunResult`, or a run folder."""
+    if isinstance(run, Run):
+        return run
+    if isinstance(run, RunResult):
+        return Run.from_result(run)
+    return open_run(run)
+
+
+class _Deferred:
+    """A file read when a section first needs it."""
+
+    def __init__(self, read, path: Path):
+        self.read, self.path = read, path
+
+    def load(self):
+        return self.read(self.path)
+
+
+def _load_posterior(path: Path):
+    try:
+        return load_posterior(path)
+    except FileNotFoundError as err:
+        raise NotApplicable(f"the saved posterior is unavailable ({err})") from None
 
 
 def _read_json(path: Path) -> dict:

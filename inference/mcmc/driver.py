@@ -1,0 +1,122 @@
+"""One warm-up / sampling loop for every sampler (HMC, NUTS and SG-MCMC).
+
+:func:`run_chains` iterates a transition ``(state, params) -> (state, info)`` over all
+chains at once, feeds warm-up iterations to an optional :class:`~inference.mcmc.adaptation.
+Adaptation` (whose state is the ``params`` the transition reads), keeps the draws chosen by
+``draw_index``, and shows a ``tqdm.auto`` progress bar unless ``progress=False``.  States
+are NamedTuples with fields ``z`` ``[C, D]``, ``log_density`` ``[C]`` and ``grad`` ``[C, D]``;
+``info`` is a dict of per-chain ``[C]`` tensors, stored per kept draw as ``[C, S]``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from .adaptation import Adaptation
+
+__all__ = ["ChainRun", "run_chains", "thinned"]
+
+
+class ChainRun(NamedTuple):
+    """What :func:`run_chains` returns.
+
+    Attributes:
+        z: the kept draws ``[C, S, D]`` (only the first ``num_kept`` are filled when stopped early).
+        stats: ``{name: [C, S]}`` from the transitions' ``info`` at the kept draws.
+        num_kept: draws filled.
+        state: the last (finite) chain state.
+        params: the final adaptation state (or the ``params`` given).
+        warmup_divergences: transitions with ``info["diverging"]`` set during warm-up.
+        warmup_seconds / sampling_seconds: wall time of the two phases.
+        stopped_at: the iteration whose new state was non-finite (``stop_on_non_finite``), else ``None``.
+    """
+
+    z: torch.Tensor
+    stats: dict
+    num_kept: int
+    state: Any
+    params: Any
+    warmup_divergences: int
+    warmup_seconds: float
+    sampling_seconds: float
+    stopped_at: Optional[int]
+
+
+def thinned(num_warmup: int, thin: int) -> Callable[[int], Optional[int]]:
+    """``draw_index`` keeping every ``thin``-th iteration after ``num_warmup``: iteration ``it``
+    → draw ``(it − num_warmup) // thin`` when ``it − num_warmup ≡ thin − 1 (mod thin)``."""
+
+    def draw_index(it: int) -> Optional[int]:
+        draw, rest = divmod(it - num_warmup, thin)
+        return draw if it >= num_warmup and rest == thin - 1 else None
+
+    return draw_index
+
+
+def _finite(state) -> bool:
+    return bool(torch.isfinite(state.log_density).all() and torch.isfinite(state.grad).all())
+
+
+def run_chains(
+    transition: Callable,
+    state,
+    *,
+    num_iterations: int,
+    num_draws: int,
+    draw_index: Callable[[int], Optional[int]],
+    params=None,
+    adaptation: Optional[Adaptation] = None,
+    num_warmup: int = 0,
+    stop_on_non_finite: bool = False,
+    progress: bool = True,
+    desc: str = "",
+) -> ChainRun:
+    """Run ``num_iterations`` transitions of all chains; keep ``num_draws`` draws per chain.
+
+    Iterations ``it < num_warmup`` update ``params`` with ``adaptation.update(params, state, info)``
+    and end with ``adaptation.final(params)``; their draws are never kept.  ``draw_index(it)``
+    names the draw slot of a later iteration's new state (or ``None``).
+    """
+    num_chains, dim = state.z.shape
+    keep = torch.empty(num_chains, num_draws, dim)
+    stats: dict = {}
+    num_kept, warmup_divergences, divergences, stopped_at = 0, 0, 0, None
+    bar = tqdm(range(num_iterations), desc=desc, disable=not progress)
+    started, warmup_seconds = time.perf_counter(), 0.0
+    for it in bar:
+        new, info = transition(state, params)
+        if stop_on_non_finite and not _finite(new):
+            stopped_at = it
+            break
+        state = new
+        if "diverging" in info:
+            count = int(info["diverging"].sum())
+            warmup_divergences += count if it < num_warmup else 0
+            divergences += count if it >= num_warmup else 0
+        if it < num_warmup:
+            if adaptation is not None:
+                params = adaptation.update(params, state, info)
+            if it + 1 == num_warmup:
+                if adaptation is not None:
+                    params = adaptation.final(params)
+                warmup_seconds = time.perf_counter() - started
+        else:
+            draw = draw_index(it)
+            if draw is not None:
+                keep[:, draw] = state.z
+                for key, value in info.items():
+                    stats.setdefault(key, torch.empty(num_chains, num_draws, dtype=value.dtype))[:, draw] = value
+                num_kept = draw + 1
+        if progress and it % 10 == 0:
+            postfix = {"lp": f"{float(state.log_density.mean()):.4g}"}
+            if "step_size" in info:
+                postfix["step"] = f"{float(info['step_size'].mean()):.3g}"
+            if "diverging" in info:
+                postfix["div"] = divergences
+            bar.set_postfix(postfix)
+    bar.close()
+    sampling_seconds = time.perf_counter() - started - warmup_seconds
+    return ChainRun(keep, stats, num_kept, state, params, warmup_divergences, warmup_seconds, sampling_seconds, stopped_at)

@@ -1,0 +1,136 @@
+"""HMC and NUTS transitions for ``C`` chains in lockstep.
+
+* static HMC (Neal 2011, §5.3.2): momentum p ~ N(0, M), ``num_steps`` leapfrog steps with
+  the step size jittered as ε·(1 + j·u), u ~ U(−1, 1) (Neal 2011, §5.4.2.2; it breaks the
+  resonance of fixed-length trajectories), Metropolis acceptance min(1, exp(H₀ − H₁)).
+* NUTS: multinomial NUTS (Hoffman & Gelman 2014; Betancourt 2017) built as in
+  :mod:`inference.mcmc.nuts`.
+
+:func:`build_hmc` / :func:`build_nuts` return ``transition(state, step_size [C], metric,
+generator) -> (state, info)``, with ``info`` a dict of ``[C]`` tensors: ``accept_prob``,
+``diverging``, ``energy``, ``n_steps`` (and ``tree_depth`` for NUTS).  The leapfrog step
+(HMC) and the subtree step (NUTS) are ``torch.compile``-d with the potential's gradient when
+``compile`` is set (:func:`inference.potential.compiled`).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, NamedTuple
+
+import torch
+
+from ..potential import Potential, compiled
+from .integrators import IntegratorState, energy, energy_error, leapfrog
+from .metrics import Metric, sample_momentum, velocity
+from .nuts import Checkpoints, Edge, Proposal, block_masks, is_turning, new_subtree, subtree_step
+
+__all__ = ["HMCState", "build_hmc", "build_nuts", "hmc_transition", "nuts_transition"]
+
+
+class HMCState(NamedTuple):
+    """The chains' current draws: ``z`` ``[C, D]``, ``log_density`` ``[C]``, ``grad`` ``[C, D]``."""
+
+    z: torch.Tensor
+    log_density: torch.Tensor
+    grad: torch.Tensor
+
+
+def _value_and_grad(potential: Potential, compile: bool):
+    return potential.functional_value_and_grad if compile else potential.value_and_grad
+
+
+def build_hmc(potential: Potential, compile: bool, max_energy_error: float, num_steps: int, step_jitter: float) -> Callable:
+    """The static-HMC transition over ``potential`` (see the module docstring)."""
+    step = compiled(leapfrog, compile, _value_and_grad(potential, compile))
+    return partial(hmc_transition, step, max_energy_error, num_steps, step_jitter)
+
+
+def build_nuts(potential: Potential, compile: bool, max_energy_error: float, max_tree_depth: int) -> Callable:
+    """The NUTS transition over ``potential`` with at most 2^``max_tree_depth`` − 1 leapfrog steps."""
+    step = compiled(subtree_step, compile, _value_and_grad(potential, compile), max_energy_error)
+    return partial(nuts_transition, step, block_masks(max_tree_depth), max_tree_depth)
+
+
+def hmc_transition(
+    step: Callable, max_energy_error: float, num_steps: int, step_jitter: float,
+    state: HMCState, step_size: torch.Tensor, metric: Metric, generator: torch.Generator,
+) -> tuple[HMCState, dict]:  # fmt: skip
+    """One static-HMC iteration for all chains; ``step(inv_mass, IntegratorState, ε [C, 1])`` is a leapfrog step."""
+    z, lp, grad = state
+    p = sample_momentum(metric, generator)
+    point = IntegratorState(z, p, lp, grad)
+    energy0 = energy(metric.inv_mass, point)
+    jitter = 1 + step_jitter * (2 * torch.rand(step_size.shape, generator=generator) - 1)
+    eps = (step_size * jitter).unsqueeze(-1)
+    for _ in range(num_steps):
+        point = step(metric.inv_mass, point, eps)
+    energy1 = energy(metric.inv_mass, point)
+    delta = energy_error(energy1, energy0)
+    accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
+    accept = torch.rand(accept_prob.shape, generator=generator) < accept_prob
+    info = {
+        "accept_prob": accept_prob,
+        "diverging": delta > max_energy_error,
+        "energy": torch.where(accept, energy1, energy0),
+        "n_steps": torch.full_like(lp, num_steps),
+    }
+    new = HMCState(_select(accept, point.z, z), _select(accept, point.log_density, lp), _select(accept, point.grad, grad))
+    return new, info
+
+
+def _select(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a`` where the per-chain ``mask`` ``[C]`` is set, else ``b`` (any trailing dimensions)."""
+    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+
+
+def nuts_transition(
+    step: Callable, masks: Callable, max_tree_depth: int,
+    state: HMCState, step_size: torch.Tensor, metric: Metric, generator: torch.Generator,
+) -> tuple[HMCState, dict]:  # fmt: skip
+    """One multinomial NUTS iteration for all chains; ``step`` is :func:`~inference.mcmc.nuts.subtree_step`
+    with its first two arguments bound, ``masks`` from :func:`~inference.mcmc.nuts.block_masks`."""
+    z, lp, grad = state
+    num_chains = z.shape[0]
+    p = sample_momentum(metric, generator)
+    v = velocity(metric.inv_mass, p)
+    energy0 = 0.5 * (p * v).sum(-1) - lp
+    left = right = Edge(z, p, lp, grad, v)
+    rho = p  # momentum sum over the whole trajectory
+    proposal = Proposal(z, lp, grad, energy0)
+    log_w = torch.zeros_like(lp)  # log Σ exp(H₀ − H) over the trajectory
+    done = torch.zeros(num_chains, dtype=torch.bool)
+    depth = torch.zeros_like(lp)
+    accept_sum, n_steps, diverging = torch.zeros_like(lp), torch.zeros_like(lp), torch.zeros_like(done)
+    checkpoints = Checkpoints(*(torch.zeros(max_tree_depth, *z.shape) for _ in range(3)))  # distinct: no aliasing guards
+    for j in range(max_tree_depth):
+        forward = torch.rand(num_chains, generator=generator) < 0.5
+        start = Edge(*(_select(forward, r, l) for r, l in zip(right, left)))
+        eps = torch.where(forward, step_size, -step_size).unsqueeze(-1)
+        initial = Proposal(z.clone(), lp.clone(), grad.clone(), energy0.clone())  # replaced at the first step
+        sub = new_subtree(start, ~done, initial, checkpoints, accept_sum, n_steps, diverging)
+        for i in range(2**j):
+            store, check = masks(i, j)
+            u = torch.rand(num_chains, generator=generator)
+            sub = step(metric.inv_mass, eps, energy0, sub, u, store, check)
+            if i % 16 == 15 and not bool(sub.alive.any()):
+                break
+        accept_sum, n_steps, diverging = sub.accept_sum, sub.n_steps, sub.diverging
+        ok = sub.alive
+        take = ok & (torch.rand(num_chains, generator=generator) < torch.exp(sub.log_w - log_w))  # biased progressive sampling
+        proposal = Proposal(*(_select(take, a, b) for a, b in zip(sub.proposal, proposal)))
+        log_w = torch.where(ok, torch.logaddexp(log_w, sub.log_w), log_w)
+        right = Edge(*(_select(ok & forward, a, b) for a, b in zip(sub.edge, right)))
+        left = Edge(*(_select(ok & ~forward, a, b) for a, b in zip(sub.edge, left)))
+        rho = torch.where(ok.unsqueeze(-1), rho + sub.rho, rho)
+        depth = torch.where(done, depth, torch.full_like(depth, j + 1))
+        done = done | ~ok | is_turning(left.v, right.v, left.p, right.p, rho)
+        if bool(done.all()):
+            break
+    info = {
+        "accept_prob": accept_sum / n_steps.clamp(min=1),
+        "diverging": diverging,
+        "energy": proposal.energy,
+        "tree_depth": depth,
+        "n_steps": n_steps,
+    }
+    return HMCState(proposal.z, proposal.log_density, proposal.grad), info

@@ -1,0 +1,169 @@
+"""Iterative NUTS trajectory building, batched over chains.
+
+Multinomial NUTS with the generalised no-U-turn criterion (Hoffman & Gelman 2014;
+Betancourt 2017, App. A), built iteratively as in NumPyro and BlackJAX: the trajectory
+doubles in a random direction; the new subtree of 2^j leapfrog steps is built step by
+step, and at each step the aligned sub-blocks of 2^k steps (k ≤ j) that end there are
+checked for a U-turn against checkpoints stored where they started (their first momentum,
+velocity and running momentum sum), so no recursion and only ``[K, C, D]`` memory is
+needed.  A divergence (energy error above a threshold) or a U-turn stops a subtree; a
+finished subtree is merged into the trajectory by biased progressive sampling, and the
+whole trajectory is checked for a U-turn.  All chains build subtrees of the same size in
+lockstep; stopped chains are masked, so each chain's draw is exactly NUTS.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import torch
+
+from .integrators import IntegratorState, energy_error, leapfrog
+from .metrics import velocity
+
+__all__ = ["Proposal", "Edge", "Checkpoints", "TreeState", "is_turning", "subtree_step", "block_masks", "new_subtree"]
+
+
+class Proposal(NamedTuple):
+    """A candidate draw: position ``z`` ``[C, D]``, ``log_density`` ``[C]``, ``grad`` ``[C, D]``, ``energy`` H ``[C]``."""
+
+    z: torch.Tensor
+    log_density: torch.Tensor
+    grad: torch.Tensor
+    energy: torch.Tensor
+
+
+class Edge(NamedTuple):
+    """One end of a trajectory: position ``z``, momentum ``p``, ``log_density`` ``[C]``, ``grad`` and
+    velocity ``v`` = M⁻¹p (each ``[C, D]`` unless stated)."""
+
+    z: torch.Tensor
+    p: torch.Tensor
+    log_density: torch.Tensor
+    grad: torch.Tensor
+    v: torch.Tensor
+
+
+class Checkpoints(NamedTuple):
+    """Per level k = 1..K, at the start of the current aligned block of 2^k steps: the momentum
+    ``p``, velocity ``v`` and the subtree's running momentum sum ``rho``, each ``[K, C, D]``."""
+
+    p: torch.Tensor
+    v: torch.Tensor
+    rho: torch.Tensor
+
+
+class TreeState(NamedTuple):
+    """The state of a subtree under construction, for all chains.
+
+    Attributes:
+        edge: the subtree's last point.
+        alive: ``[C]`` bool, no U-turn or divergence yet (and the chain's trajectory not finished).
+        log_w: log Σ exp(H₀ − H) over the subtree's points ``[C]``.
+        proposal: the subtree's multinomial (uniformly progressive) sample.
+        rho: the subtree's momentum sum ``[C, D]``.
+        checkpoints: see :class:`Checkpoints`.
+        accept_sum: Σ min(1, exp(H₀ − H)) over the whole trajectory so far ``[C]`` (Hoffman & Gelman 2014, eq. 9's statistic).
+        n_steps: leapfrog steps taken so far ``[C]``.
+        diverging: ``[C]`` bool, a divergence anywhere in the trajectory.
+    """
+
+    edge: Edge
+    alive: torch.Tensor
+    log_w: torch.Tensor
+    proposal: Proposal
+    rho: torch.Tensor
+    checkpoints: Checkpoints
+    accept_sum: torch.Tensor
+    n_steps: torch.Tensor
+    diverging: torch.Tensor
+
+
+def is_turning(v_left, v_right, p_left, p_right, rho) -> torch.Tensor:
+    """The generalised no-U-turn criterion between two ends of a (sub)trajectory, bool ``[..., C]``.
+
+    ``rho`` is the momentum sum over all its points, ends included; as in NumPyro (Betancourt
+    2017, App. A.4.2), the sum used is ρ − (p_left + p_right)/2, and the trajectory is turning
+    when its velocity at either end points against it: v_left·ρ' ≤ 0 or v_right·ρ' ≤ 0.
+    """
+    rho = rho - 0.5 * (p_left + p_right)
+    return ((v_left * rho).sum(-1) <= 0) | ((v_right * rho).sum(-1) <= 0)
+
+
+def new_subtree(edge: Edge, alive, proposal: Proposal, checkpoints: Checkpoints, accept_sum, n_steps, diverging) -> TreeState:
+    """An empty subtree starting from ``edge`` (log weight −∞, zero momentum sum)."""
+    return TreeState(
+        edge, alive, torch.full_like(proposal.log_density, -math.inf), proposal, torch.zeros_like(edge.p),
+        checkpoints, accept_sum, n_steps, diverging,
+    )  # fmt: skip
+
+
+def subtree_step(
+    value_and_grad: Callable,
+    max_energy_error: float,
+    inv_mass: torch.Tensor,
+    step_size: torch.Tensor,
+    energy0: torch.Tensor,
+    s: TreeState,
+    u: torch.Tensor,
+    store: torch.Tensor,
+    check: torch.Tensor,
+) -> TreeState:
+    """One leapfrog step inside a NUTS subtree, for all chains (the compiled hot path).
+
+    Args:
+        value_and_grad: ``z [C, D] -> (log π [C], ∇ log π [C, D])``.
+        max_energy_error: an energy error H − H₀ above this is a divergence.
+        inv_mass: ``[C, D]`` or ``[C, D, D]``.
+        step_size: signed per-chain step ``[C, 1]`` (the subtree's direction).
+        energy0: the initial point's energy ``[C]``.
+        s: the subtree so far.
+        u: uniforms ``[C]`` for the progressive proposal.
+        store / check: bool ``[K]``: the levels whose aligned block starts / ends at this step.
+    """
+    edge = s.edge
+    z, p, lp, grad = leapfrog(value_and_grad, inv_mass, IntegratorState(edge.z, edge.p, edge.log_density, edge.grad), step_size)
+    v = velocity(inv_mass, p)
+    energy = 0.5 * (p * v).sum(-1) - lp
+    delta = energy_error(energy, energy0)
+    div = delta > max_energy_error
+    alive = s.alive
+    log_w = torch.logaddexp(s.log_w, -delta)
+    take = u < torch.exp(-delta - log_w)
+    t1 = take.unsqueeze(-1)
+    rho = s.rho + p
+    ck = s.checkpoints
+    block = rho - ck.rho + ck.p
+    turning = (is_turning(ck.v, v, ck.p, p, block) & check.unsqueeze(-1)).any(0)
+    st = store.view(-1, 1, 1)
+    prop = s.proposal
+    return TreeState(
+        edge=Edge(z, p, lp, grad, v),
+        alive=alive & ~(div | turning),
+        log_w=log_w,
+        proposal=Proposal(
+            torch.where(t1, z, prop.z), torch.where(take, lp, prop.log_density),
+            torch.where(t1, grad, prop.grad), torch.where(take, energy, prop.energy),
+        ),
+        rho=rho,
+        checkpoints=Checkpoints(torch.where(st, p, ck.p), torch.where(st, v, ck.v), torch.where(st, rho, ck.rho)),
+        accept_sum=s.accept_sum + torch.where(alive, torch.exp(torch.clamp(-delta, max=0.0)), 0.0),
+        n_steps=s.n_steps + alive.to(lp.dtype),
+        diverging=s.diverging | (alive & div),
+    )  # fmt: skip
+
+
+def trailing_zeros(i: int) -> int:
+    return 64 if i == 0 else (i & -i).bit_length() - 1
+
+
+def block_masks(max_tree_depth: int) -> Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]:
+    """``masks(i, j)``: bool ``[K]`` masks of the levels k ≤ j whose aligned block of 2^k steps
+    starts (``store``) / ends (``check``) at step ``i`` of a subtree of depth j (precomputed)."""
+    levels = torch.arange(1, max_tree_depth + 1)
+    table = {(a, b): (levels <= a, levels <= b) for a in range(max_tree_depth + 1) for b in range(max_tree_depth + 1)}
+
+    def masks(i: int, j: int):
+        return table[(min(trailing_zeros(i), j), min(trailing_zeros(i + 1), j))]
+
+    return masks

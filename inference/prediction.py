@@ -1,0 +1,106 @@
+"""Posterior predictive draws at ``N`` inputs: :class:`Prediction`, returned by ``Posterior.predict``.
+
+Its summaries (:meth:`Prediction.summaries`) are what ``Posterior.to_arviz`` stores for
+reports: predictive mean and sd, central intervals, PIT values (Gneiting & Raftery 2007)
+and mean class probabilities.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+__all__ = ["Prediction"]
+
+
+@dataclass
+class Prediction:
+    """Posterior predictive draws at ``N`` inputs.
+
+    Attributes:
+        task: ``"regression"`` or ``"classification"``.
+        f: network-output draws ``[S, N, O]``: regression outputs in *original* target
+            units, or class logits.
+        y: observation draws (noise included) ``[S, N, O]``, or class labels ``[S, N]``.
+        noise_var: regression noise variance per draw ``[S, 1, O]`` in original units.
+        log_lik: ``[S, N]`` log p(y_n | draw s) of given targets in original units, else ``None``.
+        pit: ``[N, O]`` predictive CDF at the given targets (regression), else ``None``.
+    """
+
+    task: str
+    f: torch.Tensor
+    y: torch.Tensor
+    noise_var: Optional[torch.Tensor] = None
+    log_lik: Optional[torch.Tensor] = None
+    pit: Optional[torch.Tensor] = None
+
+    @property
+    def num_samples(self) -> int:
+        return self.f.shape[0]
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """Class-probability draws ``[S, N, K]`` (classification)."""
+        self._require("classification")
+        return torch.softmax(self.f, dim=-1)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Predictive mean ``[N, O]`` (regression) or mean class probabilities ``[N, K]``."""
+        if self.task == "classification":
+            return self.probs.mean(0)
+        return self.f.mean(0)
+
+    @property
+    def sd(self) -> torch.Tensor:
+        """Predictive sd ``[N, O]`` including observation noise: sqrt(Var[f] + E[σ²])."""
+        self._require("regression")
+        return (self.f.var(0, unbiased=False) + self.noise_var.mean(0)).sqrt()
+
+    @property
+    def epistemic_sd(self) -> torch.Tensor:
+        """sd of the network output across draws ``[N, O]`` (no observation noise)."""
+        self._require("regression")
+        return self.f.std(0, unbiased=False)
+
+    def interval(self, level: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
+        """Central ``level`` predictive interval ``([N, O], [N, O])`` from the observation draws."""
+        self._require("regression")
+        if not 0 < level < 1:
+            raise ValueError(f"interval level must be in (0, 1), got {level}")
+        q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=self.y.dtype)
+        lo, hi = torch.quantile(self.y, q, dim=0)
+        return lo, hi
+
+    def summaries(self, levels=(0.5, 0.9)) -> dict:
+        """Per-point summaries ``{name: [N] or [N, O|K]}``: what a report reads instead of predicting again.
+
+        Regression: ``mean``, ``sd``, ``epistemic_sd``, ``lower_<p>`` / ``upper_<p>`` of the
+        central interval at each level (``p`` in percent) and, with targets, the PIT values
+        ``pit``; classification: the mean class probabilities ``probs``.  With targets, both
+        add ``log_predictive_density``.
+        """
+        if self.task == "classification":
+            out = {"probs": self.mean}
+        else:
+            out = {"mean": self.mean, "sd": self.sd, "epistemic_sd": self.epistemic_sd}
+            for level in levels:
+                percent = int(round(level * 100))
+                out[f"lower_{percent}"], out[f"upper_{percent}"] = self.interval(level)
+            if self.pit is not None:
+                out["pit"] = self.pit
+        if self.log_lik is not None:
+            out["log_predictive_density"] = self.log_predictive_density()
+        return out
+
+    def log_predictive_density(self) -> torch.Tensor:
+        """``[N]`` log of the Monte Carlo average predictive density, log(1/S Σ_s p(y_n|w_s))."""
+        if self.log_lik is None:
+            raise ValueError("no targets were given to predict(); pass y=... to get log densities")
+        return torch.logsumexp(self.log_lik, dim=0) - math.log(self.log_lik.shape[0])
+
+    def _require(self, task):
+        if self.task != task:
+            raise ValueError(f"this quantity is defined for {task} predictions, not {self.task}")

@@ -1,0 +1,354 @@
+"""The one training loop of the variational backends (``svi``, ``svi-lrt``, ``graves``, ``sparse-vd``,
+``kingma-vd``, ``radial``).
+
+Per minibatch of size n out of N the loop minimises the KL-weighted negative ELBO
+
+    L_t = −(N/n) Σ_batch E_q[log p(y|x,w)] + β_t KL(q ‖ p)
+
+(Blundell et al. 2015, eq. 8 with the minibatch weighting of Graves 2011), averaged over
+``num_particles`` Monte Carlo draws.  β_t is KL annealing (Bowman et al. 2016): β = 0 for
+``kl_warmup_epochs`` epochs, then a linear ramp to 1 over ``kl_anneal_epochs`` epochs.  Optional
+deterministic pretraining fits the network first (random entries as point estimates, fixed
+entries held fixed) and the guide's means start there, as Molchanov, Ashukha & Vetrov (2017)
+start from a pretrained network.  Adam with a constant, cosine or step learning-rate schedule
+and optional gradient-norm clipping; a NaN/inf loss or gradient stops the run with
+:class:`NonFiniteLossError`, which names the step and carries the posterior of the last finite
+parameters.  Progress is a ``tqdm.auto`` bar (``progress=False`` silences it).
+
+:func:`fit_guide` is the whole fit; a backend supplies the guide and ``particle``, one draw of
+the ELBO's two terms.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import pyro
+import torch
+from tqdm.auto import tqdm
+
+from .elbo import elbo_terms
+from .guides import build_guide
+from .posterior import VariationalPosterior
+from .variational.pruning import guide_sparsity
+
+__all__ = [
+    "NonFiniteLossError",
+    "LoopOptions",
+    "LR_SCHEDULES",
+    "OPTIMIZERS",
+    "minibatches",
+    "kl_weight",
+    "lr_scheduler",
+    "pretrain",
+    "trace_particle",
+    "average_particles",
+    "run_training_loop",
+    "fit_guide",
+]
+
+LR_SCHEDULES = ("constant", "cosine", "step")
+OPTIMIZERS = ("adam", "clipped-adam")
+#: per-epoch history of every variational fit (plus ``sparsity`` / ``layer_sparsity`` when tracked)
+HISTORY_KEYS = ("epoch", "loss", "expected_log_likelihood", "kl", "kl_weight", "lr")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised when a loss or gradient becomes NaN/inf.
+
+    Attributes:
+        step: the optimisation step (0-based) at which it happened.
+        posterior: the result built from the last finite parameters (no update with a
+            non-finite loss or gradient is ever applied), so the run is not lost.
+    """
+
+    def __init__(self, step: int, what: str, posterior=None):
+        super().__init__(
+            f"{what} became non-finite at step {step}; the run stopped and kept the last finite "
+            f"parameters (available as .posterior). Try a smaller learning rate, gradient clipping "
+            f"(optimizer='clipped-adam'), or check the data scaling."
+        )
+        self.step = step
+        self.posterior = posterior
+
+
+@dataclass
+class LoopOptions:
+    """Training-loop options shared by the variational backends.
+
+    Attributes:
+        epochs: passes over the training data.
+        batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
+        lr: initial learning rate.
+        lr_schedule: ``constant``, ``cosine`` (decay to ``lr · lr_final_factor``) or ``step``
+            (multiply by ``lr_final_factor`` after ``lr_step_fraction`` of the epochs).
+        optimizer: ``adam`` or ``clipped-adam`` (gradient norm clipped at ``clip_norm``).
+        init_scale: initial posterior sd of every random weight.
+        kl_warmup_epochs / kl_anneal_epochs: KL annealing (β = 0, then a linear ramp).
+        pretrain_epochs / pretrain_lr: deterministic pretraining before VI (``pretrain_lr``
+            defaults to ``lr``).
+        num_particles: Monte Carlo samples of the ELBO per step.
+        num_samples: default number of posterior draws for predictions.
+    """
+
+    epochs: int = 200
+    batch_size: Optional[int] = 64
+    lr: float = 1e-2
+    lr_schedule: str = "cosine"
+    lr_final_factor: float = 0.1
+    lr_step_fraction: float = 0.25
+    optimizer: str = "adam"
+    clip_norm: float = 10.0
+    init_scale: float = 1e-3
+    kl_warmup_epochs: int = 0
+    kl_anneal_epochs: int = 0
+    pretrain_epochs: int = 0
+    pretrain_lr: Optional[float] = None
+    num_particles: int = 1
+    num_samples: int = 200
+
+    def validate(self):
+        """Clear ``ValueError``s for invalid loop options."""
+        for name in ("epochs", "num_particles", "num_samples"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("kl_warmup_epochs", "kl_anneal_epochs", "pretrain_epochs"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+        for name in ("lr", "init_scale", "clip_norm", "lr_final_factor"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.batch_size is not None and int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+
+
+def minibatches(num_data: int, batch_size: Optional[int], generator: torch.Generator):
+    """Indices of one shuffled epoch, in batches of ``batch_size`` (``None`` = full batch)."""
+    if batch_size is None or batch_size >= num_data:
+        yield torch.arange(num_data)
+        return
+    order = torch.randperm(num_data, generator=generator)
+    for start in range(0, num_data, batch_size):
+        yield order[start : start + batch_size]
+
+
+def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:
+    """β at (fractional) ``epoch``: 0 during warm-up, then linear to 1 (Bowman et al. 2016)."""
+    if epoch < warmup_epochs:
+        return 0.0
+    if anneal_epochs <= 0:
+        return 1.0
+    return min(1.0, (epoch - warmup_epochs) / anneal_epochs)
+
+
+def lr_scheduler(optimizer, config: LoopOptions, total_steps: int):
+    """The learning-rate schedule of ``config`` over ``total_steps`` optimiser steps."""
+    if config.lr_schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(
+            optimizer, T_max=max(total_steps, 1), eta_min=config.lr * config.lr_final_factor
+        )
+    if config.lr_schedule == "step":
+        milestone = max(1, int(total_steps * config.lr_step_fraction))
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, [milestone], gamma=config.lr_final_factor)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+
+def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress: bool) -> dict:
+    """Deterministic pretraining: maximise the likelihood with every random weight as a point estimate.
+
+    Fixed (masked-out) entries stay exactly at their fixed values; likelihood latents are
+    held at their prior means.  Returns the pretrained site values ``{site: tensor}``.
+    """
+    values = {n: v.clone().requires_grad_(True) for n, v in bnn.initial_values().items()}
+    latents = {n: d.mean.unsqueeze(0) for n, d in bnn.latent_priors().items()}
+    params = list(values.values()) + bnn.deterministic_parameters()
+    if not params:
+        return {n: v.detach() for n, v in values.items()}
+    optimizer = torch.optim.Adam(params, lr=lr)
+    for _ in tqdm(range(epochs), desc="pretrain", disable=not progress, leave=False):
+        for index in minibatches(x.shape[0], batch_size, generator):
+            f = bnn.forward_single(values, x[index])
+            loss = -bnn.likelihood.log_prob(f.unsqueeze(0), y[index], latents).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return {n: v.detach() for n, v in values.items()}
+
+
+def trace_particle(bnn, guide, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One draw of ``(E_q[(N/n) Σ log p(y|x,w)], KL)`` through Pyro traces (:func:`inference.elbo.elbo_terms`)."""
+    with pyro.validation_enabled(False):  # the data are checked once by fit(), not per distribution
+        terms = elbo_terms(bnn.model, guide, x, y, num_data)
+    return terms.expected_log_likelihood, terms.kl
+
+
+def average_particles(particle: Callable, num_particles: int, beta: float):
+    """``(loss, expected_log_likelihood, kl)`` averaged over ``num_particles`` calls of ``particle()``.
+
+    ``particle() -> (expected_log_likelihood, kl)``; ``loss = β · KL − E log-lik`` keeps its
+    gradient, the other two are detached (for the history).
+    """
+    loss, loglik, kl = 0.0, 0.0, 0.0
+    for _ in range(num_particles):
+        ell, divergence = particle()
+        loss = loss + (beta * divergence - ell) / num_particles
+        loglik = loglik + ell.detach() / num_particles
+        kl = kl + divergence.detach() / num_particles
+    return loss, loglik, kl
+
+
+def run_training_loop(
+    particle: Callable,
+    params: list,
+    num_data: int,
+    config: LoopOptions,
+    generator: torch.Generator,
+    history: dict,
+    result: Callable,
+    desc: str,
+    progress: bool,
+    on_epoch: Optional[Callable] = None,
+    fused_adam: bool = False,
+) -> None:
+    """Minibatches, particle averaging, KL annealing, Adam with the schedule, non-finite checks.
+
+    Args:
+        particle: ``particle(index) -> (expected_log_likelihood, kl)``, one draw on minibatch
+            ``index`` (scalars with gradients; the likelihood already scaled by N/n).
+        params: tensors to optimise.
+        num_data, config, generator: data size, loop options and the minibatch generator.
+        history: dict of lists; per epoch it gains ``epoch``, ``loss``,
+            ``expected_log_likelihood``, ``kl``, ``kl_weight`` and ``lr`` (epoch means).
+        result: ``result() -> Posterior`` from the current parameters, attached to a
+            :class:`NonFiniteLossError` (no non-finite update is ever applied).
+        desc, progress: tqdm label and switch.
+        on_epoch: ``on_epoch(epoch) -> dict`` after each epoch; its items join the progress
+            bar's postfix (e.g. per-layer sparsity).
+        fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).
+    """
+    steps_per_epoch = math.ceil(num_data / (config.batch_size or num_data))
+    total_steps = config.epochs * steps_per_epoch
+    optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
+    scheduler = lr_scheduler(optimizer, config, total_steps)
+    clip = config.clip_norm if config.optimizer == "clipped-adam" else math.inf
+    step = 0
+    bar = tqdm(range(config.epochs), desc=desc, disable=not progress)
+    for epoch in bar:
+        sums = [0.0, 0.0, 0.0]
+        beta = 1.0
+        for index in minibatches(num_data, config.batch_size, generator):
+            beta = kl_weight(epoch + (step % steps_per_epoch) / steps_per_epoch, config.kl_warmup_epochs, config.kl_anneal_epochs)
+            loss, loglik, kl = average_particles(lambda: particle(index), config.num_particles, beta)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(step, "the loss", result())
+            optimizer.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            if not torch.isfinite(norm):
+                raise NonFiniteLossError(step, "the gradient", result())
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            sums[0] += float(loss.detach())
+            sums[1] += float(loglik)
+            sums[2] += float(kl)
+        history["epoch"].append(epoch)
+        history["loss"].append(sums[0] / steps_per_epoch)
+        history["expected_log_likelihood"].append(sums[1] / steps_per_epoch)
+        history["kl"].append(sums[2] / steps_per_epoch)
+        history["kl_weight"].append(beta)
+        history["lr"].append(optimizer.param_groups[0]["lr"])
+        postfix = {"elbo": f"{-(sums[1] - sums[2]) / steps_per_epoch:.4g}", "kl_w": f"{beta:.2f}"}
+        if on_epoch is not None:
+            postfix.update(on_epoch(epoch))
+        bar.set_postfix(**postfix)
+
+
+def fit_guide(
+    backend: str,
+    bnn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: LoopOptions,
+    seed: int,
+    progress: bool,
+    guide_name: str,
+    guide_kwargs: dict,
+    particle: Callable,
+    info: Optional[Callable] = None,
+    sparsity: Optional[tuple[Optional[float], bool]] = None,
+    fused_adam: bool = False,
+) -> VariationalPosterior:
+    """A whole variational fit: seed, pretrain, build the guide, train it, return the posterior.
+
+    Args:
+        backend: the backend's name (recorded in ``info``).
+        bnn, x, y: the model and validated training data ``[N, ...]``.
+        config: the loop options (:class:`LoopOptions` or a subclass; recorded in ``info``).
+        seed: seeds Pyro/torch draws and the minibatch order.
+        progress: show tqdm bars.
+        guide_name, guide_kwargs: the guide, built by :func:`inference.guides.build_guide` (its
+            means start at the pretrained weights when ``config.pretrain_epochs``).
+        particle: ``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)``.
+        info: ``info(guide) -> dict`` of extra items for ``posterior.info``.
+        sparsity: ``(threshold, every_epoch)``: record the guide's rule-based sparsity report in
+            ``info["sparsity"]`` and, when ``every_epoch``, per epoch in the history
+            (``sparsity``, ``layer_sparsity``) and the progress bar.
+        fused_adam: use PyTorch's single-kernel Adam.
+    Returns:
+        the :class:`~inference.posterior.VariationalPosterior`; ``info["history"]`` holds the
+        per-epoch history.
+    Raises:
+        NonFiniteLossError: a NaN/inf loss or gradient (with the step and the last finite posterior).
+    """
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    started = time.perf_counter()
+    init_values = None
+    if config.pretrain_epochs:
+        init_values = pretrain(
+            bnn, x, y, config.pretrain_epochs, config.pretrain_lr or config.lr, config.batch_size, generator, progress
+        )
+        bnn.update_reference(init_values)
+    guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
+    params = list(guide.parameters()) + bnn.deterministic_parameters()
+    history = {key: [] for key in HISTORY_KEYS + (("sparsity", "layer_sparsity") if sparsity else ())}
+    run_info = {
+        "backend": backend,
+        "config": asdict(config),
+        "seed": seed,
+        "num_samples": config.num_samples,
+        "num_data": x.shape[0],
+        "history": history,
+    }
+    if info is not None:
+        run_info.update(info(guide))
+    num_data = x.shape[0]
+
+    def result():
+        run_info["fit_seconds"] = time.perf_counter() - started
+        if sparsity:
+            run_info["sparsity"] = guide_sparsity(guide, bnn, sparsity[0])
+        return VariationalPosterior(bnn, guide, guide_name, guide_kwargs, run_info)
+
+    def on_epoch(epoch):
+        report = guide_sparsity(guide, bnn, sparsity[0])
+        history["sparsity"].append(report["sparsity"])
+        history["layer_sparsity"].append(report["layers"])
+        return {"sparsity": f"{report['sparsity']:.3f}", "layers": "/".join(f"{v:.2f}" for v in report["layers"].values())}
+
+    if not params:  # nothing to optimise (frozen network, no latents)
+        return result()
+    run_training_loop(
+        lambda index: particle(guide, x[index], y[index], num_data), params, num_data, config, generator, history,
+        result, desc=f"{backend} ({bnn.num_random} random)", progress=progress,
+        on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
+    )
+    return result()

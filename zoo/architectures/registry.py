@@ -1,0 +1,134 @@
+"""Architectures by name: :data:`ARCHITECTURES` and :func:`build_architecture`."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from .cnn import SmallCNN
+from .lstm import MultiLSTM
+from .mlp import MLP, LeNet300100
+from .transformer import TransformerClassifier
+
+__all__ = ["ARCHITECTURES", "build_architecture"]
+
+
+def _no_option(name: str, option: str, value) -> None:
+    if value is not None:
+        raise ValueError(f"architecture {name!r} does not take {option}={value!r}")
+
+
+def _build_mlp(input_dim, output_dim, hidden=None, activation=None, **kw) -> nn.Module:
+    return MLP(input_dim, output_dim, hidden=(50,) if hidden is None else hidden, activation=activation or "relu", **kw)
+
+
+def _build_lenet(input_dim, output_dim, hidden=None, activation=None, **kw) -> nn.Module:
+    if hidden is not None and tuple([hidden] if isinstance(hidden, int) else hidden) != (300, 100):
+        raise ValueError(f"lenet300100 has hidden widths (300, 100); got hidden={hidden!r} (use 'mlp' instead)")
+    return LeNet300100(784 if input_dim is None else input_dim, 10 if output_dim is None else output_dim,
+                       activation=activation or "relu", **kw)
+
+
+def _build_multilstm(input_dim, output_dim, hidden=None, activation=None, **kw) -> nn.Module:
+    _no_option("multilstm", "activation", activation)
+    if hidden is not None and not isinstance(hidden, int):
+        hidden = tuple(hidden)
+        if len(hidden) != 1:
+            raise ValueError(f"multilstm takes one hidden size (LSTM width), got hidden={hidden!r}")
+        hidden = hidden[0]
+    if "names" not in kw and output_dim is not None and output_dim != 3:
+        kw["names"] = tuple(f"y{i}" for i in range(output_dim))
+    return MultiLSTM(
+        input_size=3 if input_dim is None else input_dim,
+        hidden_size=64 if hidden is None else hidden,
+        n_outputs=3 if output_dim is None else output_dim,
+        **kw,
+    )
+
+
+def _build_cnn(input_dim, output_dim, hidden=None, activation=None, **kw) -> nn.Module:
+    _no_option("cnn", "hidden", hidden)
+    _no_option("cnn", "activation", activation)
+    in_channels = kw.pop("in_channels", None)
+    image_size = kw.pop("image_size", None)
+    if isinstance(input_dim, (tuple, list, torch.Size)):
+        if len(input_dim) != 3 or input_dim[1] != input_dim[2]:
+            raise ValueError(f"cnn input_dim must be (C, S, S) or C*S*S, got {tuple(input_dim)}")
+        in_channels = in_channels or input_dim[0]
+        image_size = image_size or input_dim[1]
+    elif input_dim is not None:
+        in_channels = in_channels or 1
+        if image_size is None:
+            image_size = math.isqrt(input_dim // in_channels)
+        if in_channels * image_size * image_size != input_dim:
+            raise ValueError(
+                f"cnn: input_dim={input_dim} is not in_channels*S*S for in_channels={in_channels}; "
+                "pass in_channels= and image_size="
+            )
+    return SmallCNN(
+        in_channels=in_channels or 1,
+        image_size=image_size or 28,
+        num_classes=10 if output_dim is None else output_dim,
+        **kw,
+    )
+
+
+def _build_transformer(input_dim, output_dim, hidden=None, activation=None, **kw) -> nn.Module:
+    _no_option("transformer", "activation", activation)
+    if hidden is not None:
+        hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
+        if len(hidden) != 1:
+            raise ValueError(f"transformer takes one hidden size (the FFN width d_ff), got hidden={hidden!r}")
+        kw.setdefault("d_ff", hidden[0])
+    vocab_size = kw.pop("vocab_size", None)
+    token_dim = kw.pop("token_dim", None)
+    if vocab_size is None:
+        kw["input_dim"] = token_dim or kw.get("input_dim") or input_dim
+    return TransformerClassifier(vocab_size, 2 if output_dim is None else output_dim, **kw)
+
+
+ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
+    "mlp": _build_mlp,
+    "lenet300100": _build_lenet,
+    "multilstm": _build_multilstm,
+    "cnn": _build_cnn,
+    "transformer": _build_transformer,
+}
+"""Architecture builders by name; each is called as ``builder(input_dim, output_dim,
+hidden=None, activation=None, **kw)`` (see :func:`build_architecture`)."""
+
+
+def build_architecture(
+    name: str,
+    input_dim,
+    output_dim: Optional[int],
+    hidden=None,
+    activation: Optional[str] = None,
+    **kw,
+) -> nn.Module:
+    """Build an architecture of :data:`ARCHITECTURES` by name.
+
+    Args:
+        name: ``mlp`` | ``lenet300100`` | ``multilstm`` | ``cnn`` | ``transformer``.
+        input_dim: ``mlp``/``lenet300100``: number of input features; ``multilstm``:
+            features per time step; ``cnn``: ``C*S*S`` (``C = in_channels``, default 1) or
+            ``(C, S, S)``; ``transformer``: features per time step of real-valued sequences
+            (ignored when ``vocab_size=`` is given; ``token_dim=`` overrides it, e.g.
+            ``input_dim=64, token_dim=8`` reads 8x8 digits as 8 rows of 8 pixels).
+        output_dim: outputs / classes.
+        hidden: ``mlp``: hidden widths (default one layer of 50 units, the UCI standard);
+            ``multilstm``: LSTM width (default 64); ``transformer``: FFN width ``d_ff``;
+            ``lenet300100`` only accepts ``(300, 100)``; ``cnn`` accepts none.
+        activation: ``mlp`` / ``lenet300100`` only (default ``"relu"``).
+        **kw: passed to the class (e.g. ``vocab_size=``, ``d_model=``, ``unrolled=``,
+            ``image_size=``).
+
+    Raises:
+        ValueError: unknown name (listing the valid ones) or an option the architecture
+            does not take.
+    """
+    if name not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {name!r}; valid architectures: {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[name](input_dim, output_dim, hidden=hidden, activation=activation, **kw)

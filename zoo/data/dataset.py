@@ -1,0 +1,250 @@
+"""The :class:`Dataset` every loader returns, the one standardiser, and the seeded random split.
+
+A dataset stores inputs and regression targets *standardised* with statistics of the training
+split only: ``(v - loc) / scale`` with the mean and the standard deviation (ddof 0) as ``loc`` and
+``scale``, and scale 1 for a constant column (:func:`standardiser`). :func:`regression_dataset`
+and :func:`classification_dataset` build a :class:`Dataset` from raw NumPy arrays that way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from zoo.data.checks import DataError, check_xy
+
+__all__ = [
+    "TASKS",
+    "Dataset",
+    "classification_dataset",
+    "random_split",
+    "regression_dataset",
+    "standardiser",
+]
+
+TASKS = ("regression", "classification")
+"""Values of :attr:`Dataset.task`."""
+
+
+@dataclass
+class Dataset:
+    """A train/test pair, stored standardised with training-split statistics.
+
+    Attributes:
+        name: dataset name, e.g. ``"energy"``.
+        task: ``"regression"`` or ``"classification"``.
+        x_train, x_test: float32 ``[N, D]`` (or ``[N, T, F]`` for sequences), standardised.
+        y_train, y_test: regression: float32 ``[N, O]``, standardised; classification: int64 ``[N]``.
+        x_loc, x_scale: float32, broadcastable to x (``[D]``, or ``[1, 1, F]`` for sequences);
+            original-unit inputs are ``x * x_scale + x_loc``.
+        y_loc, y_scale: float32 ``[O]`` (classification: ``zeros(1)`` / ``ones(1)``).
+        num_classes: number of classes (classification) or ``None``.
+        split: index of a fixed published split (UCI) or ``None`` for seeded random splits.
+        feature_names: names of the D (or F) input features.
+        target_names: regression: names of the O outputs; classification: class names.
+        info: provenance and extras (source, seed, units, recommended n_hidden / n_epochs, ...).
+    """
+
+    name: str
+    task: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    x_loc: torch.Tensor
+    x_scale: torch.Tensor
+    y_loc: torch.Tensor
+    y_scale: torch.Tensor
+    num_classes: int | None = None
+    split: int | None = None
+    feature_names: list[str] = field(default_factory=list)
+    target_names: list[str] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise DataError(f"task must be one of {TASKS}, got {self.task!r}.")
+        check_xy(self.x_train, self.y_train, f"{self.name} training split")
+        check_xy(self.x_test, self.y_test, f"{self.name} test split")
+        if self.x_train.shape[1:] != self.x_test.shape[1:]:
+            raise DataError(
+                f"{self.name}: training inputs have shape {tuple(self.x_train.shape)} but test "
+                f"inputs {tuple(self.x_test.shape)}; all but the first dimension must match."
+            )
+        if self.task == "classification":
+            labels = (self.y_train, self.y_test)
+            if self.num_classes is None or any(y.dim() != 1 or y.dtype != torch.int64 for y in labels):
+                raise DataError(f"{self.name}: classification needs num_classes and int64 targets of shape [N].")
+            if any(y.min() < 0 or y.max() >= self.num_classes for y in labels):
+                raise DataError(f"{self.name}: class labels must lie in 0..{self.num_classes - 1}.")
+        elif self.y_train.dim() != 2 or self.y_train.shape[1] != self.y_test.shape[1]:
+            raise DataError(
+                f"{self.name}: regression targets must be [N, O] with the same O in both splits, got "
+                f"{tuple(self.y_train.shape)} and {tuple(self.y_test.shape)}."
+            )
+
+    @property
+    def n_train(self) -> int:
+        """Number of training rows."""
+        return self.x_train.shape[0]
+
+    @property
+    def n_test(self) -> int:
+        """Number of test rows."""
+        return self.x_test.shape[0]
+
+    @property
+    def input_dim(self) -> int:
+        """Features per row (D), or per time step (F) for sequence data."""
+        return self.x_train.shape[-1]
+
+    @property
+    def output_dim(self) -> int:
+        """Regression outputs (O), or ``num_classes`` for classification."""
+        return self.num_classes if self.task == "classification" else self.y_train.shape[1]
+
+    def x_to_original(self, x: torch.Tensor) -> torch.Tensor:
+        """Map standardised inputs (shaped like ``x_train``) back to original units."""
+        return x * self.x_scale + self.x_loc
+
+    def y_to_original(self, y: torch.Tensor) -> torch.Tensor:
+        """Map standardised regression targets or predictions ``[..., O]`` to original units.
+
+        Classification labels are returned unchanged. A predictive standard deviation in
+        original units is ``sd * y_scale`` (no shift).
+        """
+        if self.task == "classification":
+            return y
+        return y * self.y_scale + self.y_loc
+
+    def y_train_original(self) -> torch.Tensor:
+        """Training targets in original units (``[N, O]``; labels for classification)."""
+        return self.y_to_original(self.y_train)
+
+    def y_test_original(self) -> torch.Tensor:
+        """Test targets in original units (``[N, O]``; labels for classification)."""
+        return self.y_to_original(self.y_test)
+
+    def summary(self) -> dict:
+        """Short description for reports: name, task, sizes, dimensions and split."""
+        return {
+            "name": self.name,
+            "task": self.task,
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "split": self.split,
+        }
+
+
+def standardiser(fit_on: np.ndarray, axes) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation (ddof 0) of ``fit_on`` over ``axes``; the scale of a constant column is 1.
+
+    The only standardisation of :mod:`zoo.data`: every loader and transform calls it.
+    """
+    loc = fit_on.mean(axis=axes)
+    scale = fit_on.std(axis=axes)
+    scale[fit_on.max(axis=axes) == fit_on.min(axis=axes)] = 1.0
+    return loc, scale
+
+
+def _float32(arr: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(arr, dtype=np.float32))
+
+
+def random_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted train and test row indices of a seeded random split of ``n`` rows.
+
+    ``round(n * test_fraction)`` rows go to the test split, chosen by a NumPy ``default_rng(seed)``
+    permutation.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise DataError(f"test fraction must be strictly between 0 and 1, got {test_fraction}.")
+    n_test = int(round(n * test_fraction))
+    if n_test < 1 or n_test >= n:
+        raise DataError(
+            f"a test fraction of {test_fraction} of {n} rows leaves an empty training or test split; "
+            "use more rows or a different fraction."
+        )
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def regression_dataset(
+    name: str,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    *,
+    feature_names: list[str],
+    target_names: list[str],
+    info: dict,
+    split: int | None = None,
+    fit_x: np.ndarray | None = None,
+    fit_y: np.ndarray | None = None,
+) -> Dataset:
+    """A regression :class:`Dataset` from raw float arrays, standardised with :func:`standardiser`.
+
+    ``x`` is ``[N, D]`` (statistics per column, loc/scale ``[D]``) or ``[N, T, F]`` (statistics
+    per feature over rows and steps, loc/scale ``[1, 1, F]``); ``y`` is ``[N, O]``. The
+    statistics are those of ``fit_x`` / ``fit_y``, by default the training split.
+    """
+    fit_x = x_train if fit_x is None else fit_x
+    fit_y = y_train if fit_y is None else fit_y
+    x_loc, x_scale = standardiser(fit_x, 0 if x_train.ndim == 2 else (0, 1))
+    if x_train.ndim == 3:
+        x_loc, x_scale = x_loc.reshape(1, 1, -1), x_scale.reshape(1, 1, -1)
+    y_loc, y_scale = standardiser(fit_y, 0)
+    return Dataset(
+        name=name,
+        task="regression",
+        x_train=_float32((x_train - x_loc) / x_scale),
+        y_train=_float32((y_train - y_loc) / y_scale),
+        x_test=_float32((x_test - x_loc) / x_scale),
+        y_test=_float32((y_test - y_loc) / y_scale),
+        x_loc=_float32(x_loc),
+        x_scale=_float32(x_scale),
+        y_loc=_float32(y_loc),
+        y_scale=_float32(y_scale),
+        split=split,
+        feature_names=feature_names,
+        target_names=target_names,
+        info=info,
+    )
+
+
+def classification_dataset(
+    name: str,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    *,
+    num_classes: int,
+    feature_names: list[str],
+    target_names: list[str],
+    info: dict,
+) -> Dataset:
+    """A classification :class:`Dataset`: ``[N, D]`` inputs standardised with training statistics,
+    labels ``[N]`` in ``0 .. num_classes - 1`` stored as int64."""
+    x_loc, x_scale = standardiser(x_train, 0)
+    return Dataset(
+        name=name,
+        task="classification",
+        x_train=_float32((x_train - x_loc) / x_scale),
+        y_train=torch.as_tensor(y_train, dtype=torch.int64),
+        x_test=_float32((x_test - x_loc) / x_scale),
+        y_test=torch.as_tensor(y_test, dtype=torch.int64),
+        x_loc=_float32(x_loc),
+        x_scale=_float32(x_scale),
+        y_loc=torch.zeros(1),
+        y_scale=torch.ones(1),
+        num_classes=num_classes,
+        feature_names=feature_names,
+        target_names=target_names,
+        info=info,
+    )

@@ -1,0 +1,51 @@
+"""String specs for datasets: :data:`DATASET_SPECS` and :func:`load_dataset`."""
+
+from __future__ import annotations
+
+from zoo.data.checks import DataError
+from zoo.data.dataset import Dataset
+from zoo.data.euler import EULER_DIR_ENV, load_euler
+from zoo.data.sklearn_sets import load_digits_dataset
+from zoo.data.tabular import load_csv
+from zoo.data.toys import make_moons_dataset, make_toy1d
+from zoo.data.uci import BUNDLED_UCI, load_uci
+
+__all__ = ["DATASET_SPECS", "load_dataset"]
+
+DATASET_SPECS = {
+    "uci:NAME": "bundled UCI regression set with 20 fixed splits; NAME in " + ", ".join(BUNDLED_UCI),
+    "uci:PATH": "UCI-layout folder (data.txt, index_features.txt, index_target.txt, index_*_<k>.txt)",
+    "toy1d": "1-D regression toy of Blundell et al. 2015: 40 training points with a gap in x",
+    "csv:PATH:TARGET": "CSV regression; TARGET is a column name or comma-separated names; 80/20 split",
+    "digits": "scikit-learn 8x8 digits, 10 classes, stratified 75/25 split",
+    "moons": "scikit-learn two-moons binary classification, 80/20 split",
+    "euler[:PATH]": f"Euler-angle sequences under strain, not bundled; PATH or ${EULER_DIR_ENV}",
+}
+"""Spec forms accepted by :func:`load_dataset`, each with a one-line description (for ``--help``)."""
+
+
+def load_dataset(spec: str, split: int = 0, seed: int = 0, **kwargs) -> Dataset:
+    """Load a dataset from a string spec (forms in :data:`DATASET_SPECS`).
+
+    ``uci:NAME`` / ``uci:PATH`` use the fixed ``split``; every other spec draws its split (and
+    any synthetic data) from ``seed`` and ignores ``split``. ``csv:PATH:TARGET`` splits on the
+    last ``:``. Extra keyword arguments go to the loader, e.g. ``load_dataset("toy1d", n_train=20)``.
+    """
+    kind, _, rest = spec.partition(":")
+    if kind == "uci" and rest:
+        return load_uci(rest, split=split, **kwargs)
+    if kind == "csv" and ":" in rest:
+        path, target = rest.rsplit(":", 1)
+        return load_csv(path, target, seed=seed, **kwargs)
+    if kind == "euler":
+        return load_euler(rest or None, seed=seed, **kwargs)
+    if spec == "toy1d":
+        return make_toy1d(seed=seed, **kwargs)
+    if spec == "digits":
+        return load_digits_dataset(seed=seed, **kwargs)
+    if spec == "moons":
+        return make_moons_dataset(seed=seed, **kwargs)
+    forms = "; ".join(f"{form}: {text}" for form, text in DATASET_SPECS.items())
+    raise DataError(
+        f"unknown dataset spec {spec!r}. Valid forms: {forms}. Bundled UCI names: {', '.join(BUNDLED_UCI)}."
+    )
