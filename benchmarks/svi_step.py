@@ -1,20 +1,24 @@
-"""One training step of a fully stochastic LeNet-300-100 vs a plain deterministic Adam step.
+"""One training step of every SVI-family backend on a fully stochastic LeNet-300-100 vs a plain Adam step.
 
-Model: LeNet-300-100 (784-300-100-10), every weight and bias random, mean-field Gaussian,
-categorical likelihood, minibatch 256 out of N = 60000 (MNIST-sized synthetic data).
+Model: LeNet-300-100 (784-300-100-10), every weight and bias random (Normal(0, 1) prior),
+mean-field variational family, categorical likelihood, minibatch 256 out of N = 60000
+(MNIST-sized synthetic data).
 
 * baseline — plain PyTorch: ``nn`` LeNet-300-100, cross-entropy, ``torch.optim.Adam`` step;
-* default — the library's default estimator for this model, backend ``graves`` (fused path of
-  :class:`inference.variational.MeanFieldGuide`: one noise draw for all weights, closed-form
-  KL gradients, fused Adam), with exactly the per-step work of the shared training loop
-  (loss, finiteness checks, gradient norm, Adam, learning-rate schedule);
-* lrt — the same with local reparameterisation (backend ``svi-lrt``);
-* pyro — backend ``svi`` (stock Pyro ``AutoNormal`` through Pyro traces), for reference.
+* one row per SVI-family backend — ``svi`` (Pyro's ``AutoNormal``; its ELBO path chosen as the
+  backend chooses it, :func:`inference.backends.svi.choose_elbo_path`, normally ``fused``),
+  ``graves``, ``svi-lrt``, ``sparse-vd``, ``kingma-vd`` (the fused paths of
+  :class:`inference.variational.MeanFieldGuide`) and ``radial`` (Pyro traces), each with its
+  backend's default options, guide and particle and exactly the per-step work of the shared
+  training loop (loss, finiteness checks, gradient norm, Adam — fused where the backend uses
+  it —, learning-rate schedule);
+* ``svi (pyro-trace)`` — ``svi`` forced onto Pyro traces, for reference (not in the worst ratio).
 
-Repeats are interleaved (baseline, default, lrt, pyro, baseline, ...) and medians reported;
-the ratios are medians of the per-round ratios.  Last line: ``svi_step_ratio <default ÷ baseline>``.
+Repeats are interleaved (baseline, svi, graves, ..., baseline, ...) and medians reported; a
+ratio is the median of the per-round ratios to the baseline.  Last line:
+``svi_step_ratio_worst <max over the backends of ratio>``.
 
-Usage: ``python benchmarks/svi_step.py [--rounds 30] [--steps 5] [--threads 1] [--no-pyro]``
+Usage: ``python benchmarks/svi_step.py [--rounds 30] [--steps 5] [--threads 1] [--no-trace-reference]``
 """
 from __future__ import annotations
 
@@ -23,19 +27,18 @@ import math
 import statistics
 import time
 
-import pyro
 import torch
 import torch.nn.functional as F
 
-from inference.backends.svi import SVIConfig
-from inference.backends.variational import GravesConfig
-from inference.elbo import elbo_terms
+from inference.backends import BACKENDS
+from inference.backends.svi import choose_elbo_path, svi_particle
 from inference.guides import build_guide
-from inference.training import lr_scheduler as _scheduler
+from inference.training import average_particles, lr_scheduler
 from zoo import BayesianNetwork, CategoricalLikelihood
 from zoo.architectures import build_architecture
 
 N, BATCH = 60000, 256
+SVI_FAMILY = ("svi", "graves", "svi-lrt", "sparse-vd", "kingma-vd", "radial")
 
 
 def _bnn():
@@ -58,28 +61,30 @@ def baseline_step(x, y):
     return step
 
 
-def library_step(x, y, estimator, pyro_path=False):
-    """The per-step work of :func:`inference.training.run_training_loop` for one backend."""
+def backend_step(x, y, name: str, **options):
+    """The per-step work of :func:`inference.training.run_training_loop` for backend ``name``.
+
+    Returns ``(step, label)``; the guide, particle and Adam variant are the backend's own.
+    """
+    backend = BACKENDS[name]
     bnn = _bnn()
-    if pyro_path:
-        config = SVIConfig(lr=1e-3)
-        guide = build_guide("normal", bnn, init_scale=config.init_scale)
+    config = backend.Config(lr=1e-3, **options)
+    config.validate()
+    if name == "svi":
+        path, _ = choose_elbo_path(bnn, config)
+        guide = build_guide(config.guide, bnn, init_scale=config.init_scale, **(config.guide_options or {}))
+        particle, fused_adam, label = svi_particle(bnn, path), path == "fused", f"svi ({path})"
     else:
-        config = GravesConfig(lr=1e-3, estimator=estimator)
-        guide = build_guide("mean-field", bnn, **config.guide_kwargs())
-    params = list(guide.parameters())
-    optimizer = torch.optim.Adam(params, lr=config.lr, **({} if pyro_path else {"fused": True}))
-    scheduler = _scheduler(optimizer, config, 10**6)
-    beta = 1.0
+        guide = build_guide(backend.guide_name, bnn, **backend._guide_kwargs(config))
+        particle, fused_adam, label = backend._particle(bnn, config), True, name
+        if hasattr(config, "estimator"):
+            label += f" ({config.estimator})"
+    params = list(guide.parameters()) + bnn.deterministic_parameters()
+    optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
+    scheduler = lr_scheduler(optimizer, config, 10**6)
 
     def step():
-        if pyro_path:
-            with pyro.validation_enabled(False):
-                terms = elbo_terms(bnn.model, guide, x, y, N)
-            loss = terms.loss(beta)
-        else:
-            ell, kl = guide.elbo_terms(bnn, x, y, N, estimator)
-            loss = beta * kl - ell
+        loss, _, _ = average_particles(lambda: particle(guide, x, y, N), config.num_particles, 1.0)
         if not torch.isfinite(loss):
             raise RuntimeError("non-finite loss")
         optimizer.zero_grad()
@@ -90,7 +95,7 @@ def library_step(x, y, estimator, pyro_path=False):
         optimizer.step()
         scheduler.step()
 
-    return step
+    return step, label
 
 
 def main():
@@ -98,25 +103,23 @@ def main():
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=5, help="steps per timed block")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--no-pyro", action="store_true", help="skip the (slow) stock Pyro reference")
+    parser.add_argument("--no-trace-reference", action="store_true", help="skip svi forced onto Pyro traces")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(BATCH, 784, generator=g)
     y = torch.randint(0, 10, (BATCH,), generator=g)
-    steps = {
-        "baseline": baseline_step(x, y),
-        "default": library_step(x, y, "weights"),
-        "lrt": library_step(x, y, "lrt"),
-    }
-    if not args.no_pyro:
-        steps["pyro"] = library_step(x, y, None, pyro_path=True)
-    for fn in steps.values():  # warm-up
+    steps = {"baseline": (baseline_step(x, y), "plain torch Adam step (deterministic)")}
+    for name in SVI_FAMILY:
+        steps[name] = backend_step(x, y, name)
+    if not args.no_trace_reference:
+        steps["svi-trace"] = backend_step(x, y, "svi", elbo_path="pyro-trace")
+    for fn, _ in steps.values():  # warm-up
         for _ in range(3):
             fn()
     times = {k: [] for k in steps}
     for _ in range(args.rounds):
-        for name, fn in steps.items():
+        for name, (fn, _) in steps.items():
             start = time.perf_counter()
             for _ in range(args.steps):
                 fn()
@@ -124,19 +127,14 @@ def main():
     print(f"LeNet-300-100 (784-300-100-10) fully stochastic, batch {BATCH}, N {N}, torch threads {args.threads}, "
           f"{args.rounds} interleaved rounds x {args.steps} steps")
     base = times["baseline"]
-    for name, label in (
-        ("baseline", "plain torch Adam step (deterministic)"),
-        ("default", "graves default: fused weight sampling"),
-        ("lrt", "svi-lrt: local reparameterisation"),
-        ("pyro", "svi: stock Pyro AutoNormal"),
-    ):
-        if name not in times:
-            continue
-        ratio = statistics.median(t / b for t, b in zip(times[name], base))
-        print(f"  {label:42s} median {statistics.median(times[name]) * 1e3:8.2f} ms   ratio {ratio:5.2f}")
-    print(f"weight_sampling_ratio {statistics.median(t / b for t, b in zip(times['default'], base)):.2f}")
-    print(f"lrt_ratio {statistics.median(t / b for t, b in zip(times['lrt'], base)):.2f}")
-    print(f"svi_step_ratio {statistics.median(t / b for t, b in zip(times['default'], base)):.2f}")
+    ratios = {}
+    for name, (_, label) in steps.items():
+        ratios[name] = statistics.median(t / b for t, b in zip(times[name], base))
+        print(f"  {name:10s} {label:40s} median {statistics.median(times[name]) * 1e3:8.2f} ms   ratio {ratios[name]:5.2f}")
+    worst = max(SVI_FAMILY, key=ratios.get)
+    print(f"svi_step_ratio_default {ratios['svi']:.2f}")
+    print(f"worst backend: {worst}")
+    print(f"svi_step_ratio_worst {ratios[worst]:.2f}")
 
 
 if __name__ == "__main__":

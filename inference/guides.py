@@ -3,6 +3,8 @@
 Guides are built *and set up* at construction — their parameters exist before the first
 SVI step — so ``state_dict`` / ``load_state_dict`` always work (unlike lazily built
 guides).  ``GUIDES`` maps a name to a builder ``(bnn, init_values, **kwargs) -> guide``.
+:class:`NormalGuide` (the ``svi`` backend's default) also has a fused training path,
+:meth:`NormalGuide.elbo_terms`, used where :func:`fused_elbo_blocker` finds nothing against it.
 Every guide follows :class:`~inference.variational.protocol.VariationalGuide`.  The Pyro-module
 guides (:class:`NormalGuide`, :class:`~inference.variational.AutoRadial`) keep their parameters
 in the module (Pyro's module-local parameter mode, switched on for their construction and calls
@@ -20,12 +22,13 @@ from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 
 from zoo.bnn import BayesianNetwork
 
-from .variational.latents import is_real_support
+from .elbo import NormalFactor, mean_field_normal_elbo_terms
+from .variational.latents import is_real_support, normal_prior_params
 from .variational.meanfield import build_mean_field_guide
 from .variational.protocol import ModuleLocalParams
 from .variational.radial import build_radial_guide
 
-__all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide"]
+__all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide", "fused_elbo_blocker"]
 
 
 class NormalGuide(ModuleLocalParams, AutoNormal):
@@ -33,6 +36,9 @@ class NormalGuide(ModuleLocalParams, AutoNormal):
 
     Its sites are the model's real-valued latent sites (the weights), with location and scale
     read from the public ``locs`` / ``scales`` parameters.  It defines no pruning rule.
+
+    Training can bypass Pyro's traces through :meth:`elbo_terms` (same parameters, same
+    estimator); prediction and saving use the guide as a Pyro guide as usual.
     """
 
     def sites(self) -> list[str]:
@@ -49,6 +55,73 @@ class NormalGuide(ModuleLocalParams, AutoNormal):
 
     def pruning_rule(self) -> None:
         return None
+
+    def elbo_terms(self, bnn: BayesianNetwork, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One-draw ``(E_q[(N/n) Σ log p(y|x,w)], KL(q‖p))`` on a minibatch, without Pyro traces.
+
+        Valid only where :func:`fused_elbo_blocker` returns ``None`` for ``bnn``; computed by
+        :func:`inference.elbo.mean_field_normal_elbo_terms` from this guide's own parameters
+        (μ = ``locs.<site>``, σ = softplus of the unconstrained ``scales.<site>``), so gradients
+        flow into them and into the network's deterministic parameters.
+
+        Args:
+            bnn: the model this guide was built for.
+            x, y: minibatch ``[n, ...]``, targets as for :func:`inference.fit`.
+            num_data: ``N``, the full data size.
+        Returns:
+            scalars with gradients: the scaled expected log-likelihood and the total KL (weights:
+            closed form; likelihood latents: one-sample Monte Carlo, as on Pyro's path).
+        """
+        params = dict(self.named_parameters())
+        priors = self._normal_priors(bnn)
+        factors, latents = {}, {}
+        for name, _ in self.prototype_trace.iter_stochastic_nodes():
+            loc, raw = params[f"locs.{name}_unconstrained"], params[f"scales.{name}_unconstrained"]
+            if name in priors:
+                factors[name] = NormalFactor(loc, raw, *priors[name])
+            else:
+                latents[name] = (loc, raw)
+        terms = mean_field_normal_elbo_terms(bnn, factors, latents, x, y, num_data)
+        return terms.expected_log_likelihood, terms.kl
+
+    def _normal_priors(self, bnn: BayesianNetwork) -> dict:
+        """``{weight site: (m, s)}`` of the model's Normal priors, cached while the priors are unchanged."""
+        distributions = bnn.prior_distributions()
+        weights = [site.name for site in bnn.sites]
+        cached = self.__dict__.get("_prior_cache")
+        if cached is None or any(cached[0].get(n) is not distributions[n] for n in weights):
+            params = {n: normal_prior_params(distributions[n], n) for n in weights}
+            self.__dict__["_prior_cache"] = cached = ({n: distributions[n] for n in weights}, params)
+        return cached[1]
+
+
+def fused_elbo_blocker(bnn: BayesianNetwork, guide_name: str) -> Optional[str]:
+    """Why guide ``guide_name`` on ``bnn`` cannot use the fused ELBO path, or ``None`` when it can.
+
+    The fused path (:meth:`NormalGuide.elbo_terms`) needs Pyro's mean-field ``AutoNormal``
+    (guide ``"normal"``, as registered here), a model whose Pyro program is the stock
+    :meth:`~zoo.bnn.BayesianNetwork.model` with at least one latent site, and a Normal prior
+    (``NormalPrior``, ``FanInNormalPrior``, ``PretrainedNormalPrior``) on every random weight
+    site, so that every weight KL has the closed form.  Likelihood latents (e.g. the noise
+    precision) may have any prior.  Everything else — another guide, a Laplace or Student-t
+    weight prior (Monte Carlo KL), an overridden model — trains through Pyro traces.
+    """
+    if guide_name != "normal" or GUIDES.get("normal") is not _autonormal:
+        return f"guide {guide_name!r} is not the built-in mean-field Normal (AutoNormal) guide"
+    if not bnn.site_names:
+        return "the model has no latent sites"
+    if type(bnn).model is not BayesianNetwork.model:
+        return f"{type(bnn).__name__} overrides the Pyro model"
+    distributions = bnn.prior_distributions()
+    for site in bnn.sites:
+        try:
+            normal_prior_params(distributions[site.name], site.name)
+        except ValueError:
+            base = distributions[site.name]
+            while hasattr(base, "base_dist"):
+                base = base.base_dist
+            return f"site {site.name!r} has a {type(base).__name__} prior (no closed-form KL against a Normal guide)"
+    return None
 
 
 def _autonormal(bnn: BayesianNetwork, init_values: Mapping[str, torch.Tensor], init_scale: float = 1e-3) -> NormalGuide:

@@ -6,7 +6,7 @@ and the output path are validated before any fitting: bad ones exit with status 
 reason on stderr (so does ``--out`` at an existing run without ``--overwrite``, or an experiment
 folder another process is using).  A fit whose posterior is unusable (:class:`lab.runs.RunFailed`,
 non-finite losses) exits with 1, Ctrl-C with 130 and SIGTERM with 143, each with one line; an
-interrupted fit leaves no partial run behind.
+interrupted fit leaves the output path as it was (see :mod:`lab.store`).
 """
 from __future__ import annotations
 
@@ -74,7 +74,8 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, help="learning rate")
     parser.add_argument("--num-samples", "--samples", dest="num_samples", type=_positive_int,
                         help="posterior draws (per chain for MCMC backends)")
-    parser.add_argument("--pretrain-epochs", type=_non_negative_int, help="deterministic pretraining epochs before VI (default epochs/4)")
+    parser.add_argument("--pretrain-epochs", type=_non_negative_int,
+                        help="deterministic pretraining epochs before VI (default epochs/4)")
     parser.add_argument("--hidden", type=_positive_int, nargs="+", help="hidden layer widths (mlp default: 50)")
     parser.add_argument("--activation", help="hidden activation (relu, tanh, ...)")
     parser.add_argument("--prior", default="normal", help=f"weight prior: {', '.join(PRIORS)} (default normal)")
@@ -102,9 +103,8 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the run at --out (whole) if there is one")
 
 
-def spec_from_args(args):
-    from lab.runs import RunSpec
-
+def spec_from_args(args) -> RunSpec:
+    """The :class:`~lab.runs.RunSpec` of parsed ``fit`` arguments (``--option`` values read as JSON)."""
     noise = args.noise if args.noise == "learned" else _float_arg("--noise", args.noise)
     options = {BACKEND_FLAGS[k]: getattr(args, k) for k in BACKEND_FLAGS if getattr(args, k) is not None}
     for key, value in (_option_arg(text) for text in args.option):
@@ -156,8 +156,6 @@ SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "spa
 
 
 def _run_fit(args) -> int:
-    from lab.runs import execute
-
     torch.set_num_threads(args.threads)
     spec = spec_from_args(args)
     result = execute(spec, args.out, overwrite=args.overwrite, progress=not args.quiet)
@@ -210,8 +208,9 @@ def run_command(argv) -> int:
     return COMMANDS[args.command][1](args)
 
 
-class _Terminated(Exception):
-    """SIGTERM, raised in the main thread so that partial runs are cleaned up like on Ctrl-C."""
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (temporary folders removed,
+    workers stopped); a ``BaseException`` so that no ``except Exception`` takes it for a failed run."""
 
 
 def _raise_terminated(signum, frame):
@@ -230,10 +229,10 @@ def main(argv=None) -> int:
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted (Ctrl-C); no partial run was kept", file=sys.stderr)
+        print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130
     except _Terminated:
-        print("terminated (SIGTERM); no partial run was kept", file=sys.stderr)
+        print("terminated (SIGTERM)", file=sys.stderr)
         return 143
     finally:
         if in_main_thread:

@@ -86,7 +86,8 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
     for name in run.extras:
         result.metrics.update(EXTRAS[name](result.prediction, data))
     if prerequisite is not None:  # e.g. the deterministic body a frozen-body head was fitted on
-        result.metrics["pretrain_seconds"] = json.loads(_metrics_path(root, prerequisite.key).read_text())["fit_seconds"]
+        prerequisite_metrics = json.loads(_metrics_path(root, prerequisite.key).read_text())
+        result.metrics["pretrain_seconds"] = prerequisite_metrics["fit_seconds"]
     result.metrics["run_seconds"] = time.perf_counter() - started
     write_run(result, Path(root) / run.key, overwrite=True)
     return result.metrics
@@ -105,8 +106,8 @@ def _init_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops us
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        pass  # libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if False:  # the parent died before the request took effect
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(1)
 
 

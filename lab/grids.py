@@ -7,13 +7,13 @@ express) and a prerequisite run whose output the builder reads (e.g. last-layer
 inference on the *frozen* body of a deterministically trained network).  Backends that
 are not registered in :data:`inference.backends.BACKENDS` are left out with a note.
 
-Experiments (seeds in ``../shared/seeds``; published numbers in ``../shared/anchors.md``):
+Experiments (papers in ``docs/references.md``; published numbers in ``../shared/anchors.md``):
 
-* ``euler-stochasticity`` — seed 000 Table 1 (MultiLSTM on Euler angles under strain);
+* ``euler-stochasticity`` — Bagga et al. 2025, Table 1 (MultiLSTM on Euler angles under strain);
 * ``uci-benchmark`` — bundled UCI regression sets × 20 standard splits × backends × {all, last};
-* ``structured-stochasticity`` — seed 003 (structured fixed-weight patterns vs vanilla MFVI);
-* ``sparse-vd-lenet`` — seed 002 Table 4.3 on digits (pruning of variational LeNet-300-100);
-* ``radial-mc`` — seed 004 (Radial BNN with M MC-KL samples, confidence-set accuracy);
+* ``structured-stochasticity`` — Rochussen 2024 (structured fixed-weight patterns vs vanilla MFVI);
+* ``sparse-vd-lenet`` — the variational-MLP dissertation's Table 4.3 on digits (pruning of variational LeNet-300-100; Molchanov et al. 2017);
+* ``radial-mc`` — Nazarovs et al. 2021 (Radial BNN with M MC-KL samples, confidence-set accuracy);
 * ``smoke`` (hidden) — a seconds-long grid for tests.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 import torch
 
+from inference.variational.pruning import PRUNE_MODES
 from lab.runs import RunSpec
 from zoo.data import (BUNDLED_UCI, Dataset, euler_increments, load_dataset, load_uci, load_uci_full_random_split,
                       wrap_degrees)
@@ -185,7 +186,7 @@ DATASETS: dict[str, Callable] = {
 
 
 def _euler_metrics(prediction, data: Dataset) -> dict:
-    """RMSE of the step-20 angles in degrees, plain (seed 000's) and circular (wrap-aware)."""
+    """RMSE of the step-20 angles in degrees, plain (as Bagga et al. 2025 report it) and circular (wrap-aware)."""
     mean = prediction.mean.double()
     if data.info.get("euler_target") == "increments":
         angles = torch.as_tensor(data.info["last_test"]) + mean
@@ -200,7 +201,7 @@ CONFIDENCE_THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 
 def _confidence_curve(prediction, data: Dataset) -> dict:
-    """Accuracy on the test points whose max predictive probability ≥ t, and the share kept (seed 004 Fig. 7)."""
+    """Accuracy on the test points whose max predictive probability ≥ t, and the share kept (Nazarovs et al. 2021, Fig. 7)."""
     probs = prediction.mean
     confidence, label = probs.max(-1)
     out = {}
@@ -212,7 +213,7 @@ def _confidence_curve(prediction, data: Dataset) -> dict:
 
 
 def _standardised_rmse(prediction, data: Dataset) -> dict:
-    """Test RMSE in standardised target units, averaged over outputs (seed 003's metric)."""
+    """Test RMSE in standardised target units, averaged over outputs (Rochussen 2024's metric)."""
     mean = prediction.mean
     per_output = (((mean - data.y_test_original()) / data.y_scale) ** 2).mean(0).sqrt()
     return {"rmse_std": float(per_output.mean())}
@@ -234,7 +235,7 @@ def _slug(*parts) -> str:
     return "-".join(str(p).replace(" ", "_").replace("/", "_").replace(":", "_") for p in parts if p != "")
 
 
-#: seed 000 variants: label -> (backend, stochastic, on the frozen pretrained body, backend options).
+#: Bagga et al. 2025 variants: label -> (backend, stochastic, on the frozen pretrained body, backend options).
 #: NUTS trees are capped at 2^8 - 1 leapfrog steps: on the angles task the head's posterior (heavy-tailed
 #: wrap-around residuals) drove NUTS to depth 9 at step 0.002, 721 s per run against ~60 s on the increments.
 EULER_VARIANTS = {
@@ -253,11 +254,11 @@ EULER_SGLD_STEP = {"angles": 1e-6, "euler-increments": 1e-7}
 
 
 def _euler(fast: bool, data_root) -> list:
-    """Seed 000 Table 1 on the Euler data: the raw angle task and the wrap-free increments task.
+    """Bagga et al. 2025, Table 1, on the Euler data: the raw angle task and the wrap-free increments task.
 
     The deterministic MultiLSTM is trained first; the last-layer variants infer a linear head on
     its frozen body's features; full SVI pretrains the same net deterministically and runs
-    mean-field VI on all weights with seed 000's prior Normal(pretrained, 0.5).
+    mean-field VI on all weights with Bagga et al. 2025's prior Normal(pretrained, 0.5).
     """
     seeds, pixels, epochs, vi_epochs = ((0,), 2500, 8, 3) if fast else ((0, 1), None, 15, 5)
     data = f"euler:{data_root}" if data_root else "euler"
@@ -277,7 +278,7 @@ def _euler(fast: bool, data_root) -> list:
                 specific = {k: v for k, v in backend_options.items() if k not in generic}
                 if variant == "deterministic":
                     spec = RunSpec(stochastic="none", epochs=epochs, lr=3e-3, **lstm)
-                elif not frozen:  # full SVI: deterministic pretraining, then VI around it (seed 000's prior)
+                elif not frozen:  # full SVI: deterministic pretraining, then VI around it (Bagga et al. 2025's prior)
                     spec = RunSpec(stochastic="all", epochs=vi_epochs, pretrain_epochs=epochs, prior="pretrained",
                                    lr=1e-3, **generic, **lstm)
                 else:  # a linear head on the frozen body's (whitened) features = the three heads
@@ -352,7 +353,7 @@ STRUCTURED_VARIANTS = ["all"] + [f"structured:{p}" for p in
 
 
 def _structured(fast: bool, data_root) -> list:
-    """Seed 003: UCI energy, one 80/20 split (seed 0), x and y standardised on all rows, [D, 50, 50, O] MLP,
+    """Rochussen 2024: UCI energy, one 80/20 split (seed 0), x and y standardised on all rows, [D, 50, 50, O] MLP,
     fixed likelihood sd 0.1 (standardised units), mean-field VI from a random init (no pretraining), with the
     guide's initial sd at the zoo default (1e-3) and at Pyro's AutoNormal default (0.1)."""
     data = f"uci:{Path(data_root) / 'energy'}" if data_root else "uci:energy"
@@ -372,10 +373,9 @@ def _structured(fast: bool, data_root) -> list:
     return runs
 
 
-#: variational families with prunable weight sites (seed 002's Graves-style dense, mean field with the local
+#: variational families with prunable weight sites (Graves 2011-style dense, mean field with the local
 #: reparameterisation trick, sparse / Kingma variational dropout, Radial) and the post-hoc pruning modes
 VARIATIONAL_FAMILIES = ("graves", "svi-lrt", "sparse-vd", "kingma-vd", "radial")
-PRUNE_MODES = ("none", "principled", "random")
 
 
 def _sparse_vd(fast: bool, data_root) -> list:
@@ -420,18 +420,18 @@ def _smoke(fast: bool, data_root) -> list:
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
     for e in (
-        Experiment("euler-stochasticity", "seed 000 Table 1: MultiLSTM on Euler angles, levels of stochasticity",
+        Experiment("euler-stochasticity", "Bagga et al. 2025, Table 1: MultiLSTM on Euler angles, levels of stochasticity",
                    _euler, ("formulation", "variant"),
                    ("rmse_plain", "rmse_circular", "test_ll", "coverage_90", "rhat_max", "fit_seconds",
                     "pretrain_seconds")),
         Experiment("uci-benchmark", "UCI regression, standard splits, backends × {all, last}", _uci,
                    ("dataset", "backend", "stochastic"), ("rmse", "test_ll", "coverage_90", "fit_seconds"),
                    published=_uci_published),
-        Experiment("structured-stochasticity", "seed 003: structured fixed-weight patterns vs vanilla MFVI",
+        Experiment("structured-stochasticity", "Rochussen 2024: structured fixed-weight patterns vs vanilla MFVI",
                    _structured, ("init_sd", "variant"), ("rmse_std", "test_ll", "coverage_90", "num_random", "fit_seconds")),
-        Experiment("sparse-vd-lenet", "seed 002 Table 4.3 on digits: pruning variational LeNet-300-100", _sparse_vd,
+        Experiment("sparse-vd-lenet", "Molchanov et al. 2017 sparse VD (dissertation Table 4.3) on digits: pruning variational LeNet-300-100", _sparse_vd,
                    ("family", "prune"), ("accuracy", "nll", "sparsity", "fit_seconds")),
-        Experiment("radial-mc", "seed 004: Radial BNN accuracy / NLL vs M MC-KL samples on digits", _radial,
+        Experiment("radial-mc", "Nazarovs et al. 2021: Radial BNN accuracy / NLL vs M MC-KL samples on digits", _radial,
                    ("M",), ("accuracy", "nll", "ece", "acc_0.9", "kept_0.9", "fit_seconds")),
         Experiment("smoke", "seconds-long grid for tests", _smoke, ("variant",), ("rmse", "test_ll", "coverage_90"),
                    hidden=True),

@@ -46,7 +46,7 @@ from inference.metrics import evaluate
 from inference.posterior import SamplePosterior, to_jsonable
 from inference.variational.pruning import PRUNE_MODES
 
-from .store import staged_directory, check_destination
+from .store import check_destination, staged_directory
 
 __all__ = ["RunSpec", "RunResult", "RunFailed", "RUN_FILES", "build_model", "execute", "write_run", "validate_spec",
            "GENERIC_OPTIONS", "default_epochs"]

@@ -35,8 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["COMPLETE", "LOCK_NAME", "StoreError", "check_destination", "check_folder", "staged_directory", "seal", "verify_run",
-           "is_complete", "RunLock"]
+__all__ = ["COMPLETE", "LOCK_NAME", "StoreError", "check_destination", "check_folder", "staged_directory", "seal",
+           "verify_run", "RunLock"]
 
 #: the completeness marker, written last: ``{"files": {relative path: {"size", "sha256"}}, ...}``
 COMPLETE = "COMPLETE"
@@ -147,7 +147,8 @@ def verify_run(directory, required=()) -> dict:
         manifest = json.loads((directory / COMPLETE).read_text())
         files = manifest["files"]
     except FileNotFoundError:
-        raise StoreError(f"{directory} is not a complete run (no {COMPLETE} marker: unfinished or interrupted)") from None
+        raise StoreError(f"{directory} is not a complete run (no {COMPLETE} marker: unfinished or "
+                         f"interrupted)") from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{directory}/{COMPLETE} is unreadable ({type(err).__name__})") from None
     for name in required:
@@ -164,15 +165,6 @@ def verify_run(directory, required=()) -> dict:
         except OSError as err:
             raise StoreError(f"{path} is missing or unreadable ({err.strerror or type(err).__name__})") from None
     return manifest
-
-
-def is_complete(directory, required=()) -> bool:
-    """Whether :func:`verify_run` accepts ``directory``."""
-    try:
-        verify_run(directory, required)
-    except StoreError:
-        return False
-    return True
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -233,7 +225,11 @@ def staged_directory(path, overwrite: bool = False):
             else:
                 old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
                 os.replace(path, old / "run")
-                os.replace(staging, path)
+                try:
+                    os.replace(staging, path)
+                except BaseException:
+                    os.replace(old / "run", path)  # put the old run back
+                    raise
                 shutil.rmtree(old)
         else:
             os.replace(staging, path)  # also onto an empty folder

@@ -102,23 +102,24 @@ def test_csv_loader_and_spec_with_colon_split(tmp_path):
     assert two.feature_names == ["b"] and two.y_train.shape == (16, 2)
 
 
-def test_csv_nan_names_rows_and_columns(tmp_path):
+def test_csv_errors_name_the_file_line(tmp_path):
+    """More cases, each also through the CLI, are in tests/test_data_checks.py."""
     frame = _frame()
     frame.loc[3, "b"] = np.nan
     frame.loc[11, "y"] = np.inf
     path = _write_csv(tmp_path / "nan.csv", frame)
-    with pytest.raises(DataError, match=r"rows \[3, 11\].*columns \[b, y\]"):
+    with pytest.raises(DataError, match=r"line 5 column 'b' \(nan\), line 13 column 'y' \(inf\) \(lines are 1-based, "
+                                        r"the header is line 1\)"):
         load_csv(path, "y")
-
-
-def test_csv_non_numeric_missing_column_and_missing_file(tmp_path):
     frame = _frame()
     frame["colour"] = "red"
     path = _write_csv(tmp_path / "text.csv", frame)
-    with pytest.raises(DataError, match=r"non-numeric columns \['colour'\]"):
+    with pytest.raises(DataError, match=r"line 2 column 'colour' holds 'red', not a number"):
         load_csv(path, "y")
     with pytest.raises(DataError, match=r"\['nope'\] not found.*available columns: \['a', 'b', 'y', 'colour'\]"):
         load_csv(path, "y,nope")
+    with pytest.raises(DataError, match="name a column more than once"):
+        load_csv(path, "y,y")
     with pytest.raises(DataError, match="does not exist"):
         load_csv(tmp_path / "absent.csv", "y")
 

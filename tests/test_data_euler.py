@@ -8,6 +8,7 @@ import pytest
 import torch
 from data_asserts import assert_train_standardised
 
+from lab.cli import main
 from zoo.data import (
     DEFAULT_EULER_DIR,
     EULER_DIR_ENV,
@@ -77,6 +78,55 @@ def test_euler_missing_folder_step_and_mismatched_rows(tmp_path):
     _write_euler(tmp_path / "ok")
     with pytest.raises(DataError, match="max_pixels must be at least 2"):
         load_euler(tmp_path / "ok", max_pixels=1)
+
+
+def _edit_cell(folder: Path, step: int, row: int, column: str, value) -> None:
+    path = folder / f"IPF_Final_{step}.csv"
+    frame = pd.read_csv(path).astype({column: object})
+    frame.loc[row, column] = value
+    frame.to_csv(path, index=False)
+
+
+def _duplicate_phi(folder: Path, step: int) -> None:
+    path = folder / f"IPF_Final_{step}.csv"
+    frame = pd.read_csv(path)
+    frame.insert(len(frame.columns), "Phi", 0.0, allow_duplicates=True)
+    frame.to_csv(path, index=False)
+
+
+def _directory(folder: Path, step: int) -> None:
+    (folder / f"IPF_Final_{step}.csv").unlink()
+    (folder / f"IPF_Final_{step}.csv").mkdir()
+
+
+EULER_ERRORS = {  # data row r of a step file is on line r + 2 (the header is line 1)
+    "NaN": (lambda f: _edit_cell(f, 9, 4, "Phi", np.nan),
+            r"IPF_Final_9\.csv has 1 missing or NaN/inf value\(s\): line 6 column 'Phi' \(nan\) \(lines are "
+            r"1-based, the header is line 1\)"),
+    "float32 overflow": (lambda f: _edit_cell(f, 20, 0, "Phi2", 1e300),
+                         r"IPF_Final_20\.csv has 1 value\(s\) beyond the float32 range .* line 2 column 'Phi2' "
+                         r"\(1e\+300\)"),
+    "text": (lambda f: _edit_cell(f, 3, 10, "Phi1", "abc"),
+             r"IPF_Final_3\.csv line 12 column 'Phi1' holds 'abc', not a number"),
+    "duplicated column": (lambda f: _duplicate_phi(f, 4),
+                          r"IPF_Final_4\.csv: column name 'Phi' appears 2 times in the header \(columns 3 and 8"),
+    "moved pixel": (lambda f: _edit_cell(f, 9, 3, "X", 99),
+                    r"IPF_Final_9\.csv does not list the same pixels .*: line 5 has \(X, Y\) = \(99, 0\), not "
+                    r"\(3, 0\)"),
+    "directory": (lambda f: _directory(f, 7), r"IPF_Final_7\.csv is a directory, not a file"),
+}
+
+
+@pytest.mark.parametrize("case", list(EULER_ERRORS))
+def test_euler_file_errors_name_file_line_and_column_and_cli_exits_2(case, tmp_path, capsys):
+    edit, pattern = EULER_ERRORS[case]
+    _write_euler(tmp_path / "euler")
+    edit(tmp_path / "euler")
+    with pytest.raises(DataError, match=pattern) as err:
+        load_euler(tmp_path / "euler")
+    code = main(["fit", "--data", f"euler:{tmp_path / 'euler'}", "--quiet", "--epochs", "1",
+                 "--out", str(tmp_path / "run")])
+    assert code == 2 and capsys.readouterr().err.strip() == f"error: {err.value}"
 
 
 @pytest.mark.skipif(not DEFAULT_EULER_DIR.is_dir(), reason="shared Euler data not present")

@@ -85,7 +85,7 @@ def test_uci_path_spec_on_generated_folder(tmp_path):
 
 def test_uci_folder_with_nan_names_row_and_column(tmp_path):
     _write_uci_folder(tmp_path / "bad", nan_at=(7, 2))
-    with pytest.raises(DataError, match=r"rows \[7\].*columns \[col2\]"):
+    with pytest.raises(DataError, match=r"line 8 column 'col2' \(nan\) \(lines are 1-based, no header\)"):
         load_uci(tmp_path / "bad")
 
 
@@ -96,13 +96,6 @@ def test_uci_missing_folder_and_file(tmp_path):
     (tmp_path / "small" / "index_test_1.txt").unlink()
     with pytest.raises(DataError, match="index_test_1.txt"):
         load_uci(tmp_path / "small", split=1)
-
-
-def test_uci_empty_data_file(tmp_path):
-    _write_uci_folder(tmp_path / "empty")
-    (tmp_path / "empty" / "data.txt").write_text("")
-    with pytest.warns(UserWarning), pytest.raises(DataError, match="holds no data"):
-        load_uci(tmp_path / "empty")
 
 
 def test_uci_full_random_split_is_seeded_and_80_20():

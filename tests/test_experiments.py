@@ -2,7 +2,6 @@
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -83,7 +82,8 @@ def test_frozen_features_span_the_networks_heads():
 
 
 def _write_euler(folder, n_pixels=40):
-    """Generated seed-000 files: Phi1 drifts +0.5°/step and crosses 360° for the first pixel."""
+    """Generated files in the Euler-angle layout of Bagga et al. 2025: Phi1 drifts +0.5°/step and crosses
+    360° for the first pixel."""
     folder.mkdir()
     rng = np.random.default_rng(0)
     base = rng.uniform([0, 0, 0], [350, 180, 90], size=(n_pixels, 3))
@@ -122,15 +122,22 @@ def test_failed_run_is_reported_and_its_dependants_skipped(tmp_path, monkeypatch
     ok = Run("ok", RunSpec(**common), {"variant": "ok"})
     bad = Run("bad", RunSpec(**common, backend_options={"no_such_option": 1}), {"variant": "bad"})
     child = Run("child", RunSpec(**common), {"variant": "child"}, dataset="frozen-features", after="bad")
-    broken = Experiment("broken", "a grid with a failing run", lambda fast, root: [ok, bad, child], ("variant",),
-                        ("rmse",))
+    diverged = Run("diverged", RunSpec(data="toy1d", hidden=[4], backend="hmc", num_samples=5, backend_options=dict(
+        num_chains=1, warmup_steps=0, step_size=50.0, adapt_step_size=False, init="current", num_steps=2,
+        compile=False)), {"variant": "diverged"})  # every transition diverges: a failed run, not a result
+    broken = Experiment("broken", "a grid with a failing run", lambda fast, root: [ok, bad, child, diverged],
+                        ("variant",), ("rmse",))
     monkeypatch.setitem(EXPERIMENTS, "broken", broken)
-    report = run_experiment("broken", tmp_path, workers=0, progress=False)
-    assert set(report["failures"]) == {"bad", "child"} and "no_such_option" in report["failures"]["bad"]
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        report = run_experiment("broken", tmp_path, workers=0, progress=False)
+    assert set(report["failures"]) == {"bad", "child", "diverged"} and "no_such_option" in report["failures"]["bad"]
+    assert report["failures"]["diverged"].startswith("RunFailed: hmc: every one of the 5 post-warm-up transitions")
+    assert not (tmp_path / "runs" / "diverged").exists()
     assert "prerequisite bad failed" in (tmp_path / "failures.txt").read_text()
     assert len(pd.read_csv(tmp_path / "results.csv")) == 1
-    assert "2 run(s) failed" in (tmp_path / "summary.md").read_text()
-    assert main(["experiment", "broken", "--out", str(tmp_path), "--workers", "0", "--quiet"]) == 1
+    assert "3 run(s) failed" in (tmp_path / "summary.md").read_text()
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        assert main(["experiment", "broken", "--out", str(tmp_path), "--workers", "0", "--quiet"]) == 1
     capsys.readouterr()
 
 

@@ -1,4 +1,5 @@
 """Run folders: written whole or not at all, never mixed, re-checked on resume, locked per experiment."""
+import errno
 import json
 import os
 import shutil
@@ -104,16 +105,17 @@ def test_destination_checks(tmp_path):
             check_destination("/proc/self/run")
 
 
-def test_error_or_interrupt_while_writing_leaves_the_old_run(tmp_path, result, monkeypatch):
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left on device")])
+def test_error_or_interrupt_while_writing_leaves_the_old_run(tmp_path, result, monkeypatch, error):
     directory = write_run(_attempt(result, 0), tmp_path / "run")
     before = _snapshot(directory)
 
     def interrupted(idata, path):
         Path(path).write_bytes(b"half")
-        raise KeyboardInterrupt
+        raise error
 
     monkeypatch.setattr(lab.runs, "save_netcdf", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(type(error)):
         write_run(_attempt(result, 1), directory, overwrite=True)
     assert _snapshot(directory) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -1,22 +1,35 @@
 """Stochastic variational inference with a guide from :data:`inference.guides.GUIDES`
 (default: Pyro's mean-field ``AutoNormal``, as :class:`inference.guides.NormalGuide`).
 
-The ELBO is estimated through Pyro traces (:func:`inference.training.trace_particle`) and
-optimised by the one training loop, :func:`inference.training.fit_guide` (minibatches, KL
-annealing, deterministic pretraining, particle averaging, non-finite checks).  Deterministic
-parameters are trained jointly unless the model froze them.
+The fit is the one training loop, :func:`inference.training.fit_guide` (minibatches, KL
+annealing, deterministic pretraining, particle averaging, non-finite checks); deterministic
+parameters are trained jointly unless the model froze them.  Each step's ELBO is estimated on
+one of two paths, recorded in ``posterior.info["elbo_path"]``:
+
+* ``"fused"`` — the default guide on a model whose random weights all have Normal priors:
+  :meth:`inference.guides.NormalGuide.elbo_terms` draws every site's noise directly, forms the
+  weights and the closed-form KL in one autograd function and runs the network once, with no
+  Pyro trace (same guide, parameters, estimator and, for a seed, random numbers as Pyro's path);
+  Adam is PyTorch's single-kernel (fused) one;
+* ``"pyro-trace"`` — every other case (another guide, a Laplace or Student-t weight prior, a model
+  that overrides the Pyro program, no latent sites; :func:`inference.guides.fused_elbo_blocker`
+  names the reason, kept in ``info["elbo_path_reason"]``), or when asked for with
+  ``elbo_path="pyro-trace"``: :func:`inference.training.trace_particle`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Literal, Optional
 
-from ..guides import GUIDES
+from ..guides import GUIDES, fused_elbo_blocker
 from ..posterior import VariationalPosterior
 from ..training import LoopOptions, fit_guide, trace_particle
 from .base import Backend
 
-__all__ = ["SVIConfig", "SVIBackend"]
+__all__ = ["SVIConfig", "SVIBackend", "ELBO_PATHS", "choose_elbo_path", "svi_particle"]
+
+#: ``auto`` picks ``fused`` where the model allows it, else ``pyro-trace``
+ELBO_PATHS = ("auto", "fused", "pyro-trace")
 
 
 @dataclass
@@ -26,15 +39,43 @@ class SVIConfig(LoopOptions):
     Attributes:
         guide: a name in :data:`inference.guides.GUIDES`.
         guide_options: extra keyword arguments for the guide builder.
+        elbo_path: ``"auto"`` (fused where possible), ``"fused"`` (an error where it is not
+            possible) or ``"pyro-trace"`` (always through Pyro traces).
     """
 
     guide: str = "normal"
     guide_options: Optional[dict] = None
+    elbo_path: Literal["auto", "fused", "pyro-trace"] = "auto"
 
     def validate(self):
         super().validate()
         if self.guide not in GUIDES:
             raise ValueError(f"unknown guide {self.guide!r}; valid guides: {', '.join(GUIDES)}")
+        if self.elbo_path not in ELBO_PATHS:
+            raise ValueError(f"unknown elbo_path {self.elbo_path!r}; valid: {', '.join(ELBO_PATHS)}")
+
+
+def choose_elbo_path(bnn, config: SVIConfig) -> tuple[str, Optional[str]]:
+    """``(path, reason)``: ``"fused"`` or ``"pyro-trace"``, and why the trace path was taken (else ``None``).
+
+    Raises:
+        ValueError: ``elbo_path="fused"`` where the fused path does not apply (the reason is given).
+    """
+    blocker = fused_elbo_blocker(bnn, config.guide)
+    if config.elbo_path == "pyro-trace":
+        return "pyro-trace", "requested (elbo_path='pyro-trace')"
+    if blocker is not None:
+        if config.elbo_path == "fused":
+            raise ValueError(f"elbo_path='fused' is not available for this model: {blocker}; use 'auto' or 'pyro-trace'")
+        return "pyro-trace", blocker
+    return "fused", None
+
+
+def svi_particle(bnn, path: str) -> Callable:
+    """``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)`` on ``path``."""
+    if path == "fused":
+        return lambda guide, xb, yb, num_data: guide.elbo_terms(bnn, xb, yb, num_data)
+    return lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data)
 
 
 class SVIBackend(Backend):
@@ -43,7 +84,9 @@ class SVIBackend(Backend):
 
     def run(self, bnn, x, y, config: SVIConfig, seed: int, progress: bool) -> VariationalPosterior:
         guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
+        path, reason = choose_elbo_path(bnn, config)
+        info = {"elbo_path": path, **({"elbo_path_reason": reason} if reason else {})}
         return fit_guide(
-            self.name, bnn, x, y, config, seed, progress, config.guide, guide_kwargs,
-            lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data),
+            self.name, bnn, x, y, config, seed, progress, config.guide, guide_kwargs, svi_particle(bnn, path),
+            info=lambda guide: info, fused_adam=path == "fused",
         )

@@ -5,7 +5,8 @@ One module per source: :mod:`~zoo.data.uci` (the 20-split layout of Hernández-L
 2015, two moons), :mod:`~zoo.data.sklearn_sets` (digits) and :mod:`~zoo.data.euler` (Euler
 angles under strain and their increments). :mod:`~zoo.data.dataset` holds the :class:`Dataset`
 every loader returns and the one standardiser; :mod:`~zoo.data.checks` the input validation;
-:mod:`~zoo.data.registry` the string specs of :func:`load_dataset`.
+:mod:`~zoo.data.files` the checked reading of CSV and number files; :mod:`~zoo.data.registry`
+the string specs of :func:`load_dataset`.
 
 Inputs and regression targets are stored *standardised* with statistics of the training split
 only (``(v - loc) / scale``; the scale of a constant column is 1). ``Dataset.y_to_original`` /
@@ -18,7 +19,8 @@ Shapes (N rows, D features, T time steps, F features per step, O regression outp
 - classification targets ``y``: int64 ``[N]`` with labels ``0 .. num_classes - 1``.
 
 Every bad-input path raises :class:`DataError` (a ``ValueError``) saying what was wrong and what
-to do.
+to do. Files are checked before they are split or standardised, and their errors name the file,
+its 1-based line and the column.
 """
 
 from zoo.data.checks import DataError, check_finite_array, check_xy

@@ -1,15 +1,31 @@
-"""Input validation shared by every loader: :class:`DataError` and the finiteness / shape checks.
+"""Input validation shared by every loader: :class:`DataError`, the array checks and the file-table checks.
 
 Every bad-input path of :mod:`zoo.data` raises :class:`DataError` (a ``ValueError``) saying what
-was wrong and what to do; the checks here name the offending rows (0-based) and columns.
+was wrong and what to do. :func:`check_finite_array` / :func:`check_xy` check arrays in memory
+and name rows by 0-based index; the checks of tables read from files (:func:`check_file`,
+:func:`check_table`, :func:`check_targets_vary`) run before any split or standardisation and
+name the 1-based line of the file (:class:`FileLines`).
 """
 
 from __future__ import annotations
 
+import csv
+from functools import cached_property
+from pathlib import Path
+
 import numpy as np
 import torch
 
-__all__ = ["DataError", "check_finite_array", "check_xy", "listing"]
+__all__ = [
+    "DataError",
+    "FileLines",
+    "check_file",
+    "check_finite_array",
+    "check_table",
+    "check_targets_vary",
+    "check_xy",
+    "listing",
+]
 
 _MAX_LISTED = 10
 
@@ -85,4 +101,113 @@ def check_xy(x, y, name: str = "data") -> None:
     if x_shape[0] != y_shape[0]:
         raise DataError(
             f"{name} has {x_shape[0]} input rows but {y_shape[0]} target rows; they must match."
+        )
+
+
+# ---------------------------------------------------------------------------------- tables read from files
+
+
+def check_file(path, what: str, content: str) -> Path:
+    """``path`` as a :class:`~pathlib.Path` once it is an existing, non-empty regular file.
+
+    ``what`` names the file in messages (``"CSV file"``); ``content`` says what it should hold.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{what} {path} is a directory, not a file; give the path of the file itself.")
+    if not path.is_file():
+        raise DataError(f"{what} {path} does not exist; check the path (it should hold {content}).")
+    if path.stat().st_size == 0:
+        raise DataError(f"{what} {path} is empty; it should hold {content}.")
+    return path
+
+
+class FileLines:
+    """The 1-based file line of each data row of a table read from ``path``, found when an error needs it.
+
+    ``kind="csv"``: rows as ``pandas.read_csv`` reads them (the header is line 1, blank lines
+    are skipped, a quoted field may span lines: a row's line is the one it starts on).
+    ``kind="text"``: rows as ``numpy.loadtxt`` reads them (no header; blank lines and ``#``
+    comments are skipped). Should the scan not find ``n_rows`` rows, rows are numbered from the
+    first data row instead, and :attr:`note` says so.
+    """
+
+    def __init__(self, path: Path, kind: str, n_rows: int) -> None:
+        self.path, self.kind, self.n_rows = Path(path), kind, n_rows
+
+    def _scan(self) -> list[int]:
+        with open(self.path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+            if self.kind == "text":
+                return [number for number, line in enumerate(handle, 1) if line.split("#")[0].strip()]
+            reader, lines, start = csv.reader(handle), [], 1
+            for record in reader:
+                if len(record) > 1 or (record and record[0].strip()):
+                    lines.append(start)
+                start = reader.line_num + 1
+            return lines[1:]  # without the header
+
+    @cached_property
+    def _lines(self) -> np.ndarray | None:
+        lines = self._scan()
+        return np.asarray(lines) if len(lines) == self.n_rows else None
+
+    def __call__(self, rows) -> list[int]:
+        """File lines (1-based) of the data rows ``rows`` (0-based positions in the table)."""
+        rows = np.asarray(rows, dtype=int)
+        return (rows + 1 if self._lines is None else self._lines[rows]).tolist()
+
+    @property
+    def note(self) -> str:
+        """How the lines are counted, for messages."""
+        if self._lines is None:
+            return "rows are counted 1-based from the first data row"
+        return "lines are 1-based, the header is line 1" if self.kind == "csv" else "lines are 1-based, no header"
+
+
+def _cells(values: np.ndarray, mask: np.ndarray, column_names, lines: FileLines) -> str:
+    rows, cols = np.nonzero(mask)
+    numbers = lines(rows[:_MAX_LISTED])
+    shown = [f"line {n} column {column_names[c]!r} ({values[r, c]:g})" for n, r, c in zip(numbers, rows, cols)]
+    if len(rows) > _MAX_LISTED:
+        shown.append(f"... ({len(rows)} in total)")
+    return ", ".join(shown)
+
+
+def check_table(values: np.ndarray, source: str, column_names, lines: FileLines) -> None:
+    """Check a float64 table ``[N, C]`` read from a file: no NaN/inf and every value finite in float32.
+
+    The models compute in float32, so a value finite in float64 but beyond float32's range
+    (about ±3.4e38, e.g. ``1e300``) is an error too. Both errors name the cells by file line
+    (``lines``) and column name (``column_names``, C of them); ``source`` names the file.
+    """
+    if values.shape[0] == 0:
+        raise DataError(f"{source} has no data rows; it needs at least one.")
+    nonfinite = ~np.isfinite(values)
+    if nonfinite.any():
+        raise DataError(
+            f"{source} has {int(nonfinite.sum())} missing or NaN/inf value(s): "
+            f"{_cells(values, nonfinite, column_names, lines)} ({lines.note}); fill in or drop those entries "
+            "before loading."
+        )
+    with np.errstate(over="ignore"):
+        overflow = np.isinf(values.astype(np.float32))
+    if overflow.any():
+        raise DataError(
+            f"{source} has {int(overflow.sum())} value(s) beyond the float32 range (±{np.finfo(np.float32).max:.3g}) "
+            f"that the models compute in: {_cells(values, overflow, column_names, lines)} ({lines.note}); "
+            "rescale those columns (e.g. change their units) before loading."
+        )
+
+
+def check_targets_vary(y: np.ndarray, source: str, target_names, rows: str) -> None:
+    """Check that no regression target column ``y[:, o]`` (``y`` is ``[N, O]``) holds one value in every row.
+
+    ``rows`` describes the rows checked in messages, e.g. ``"data rows"``.
+    """
+    constant = np.flatnonzero(y.max(axis=0) == y.min(axis=0))
+    if constant.size:
+        names = [f"{target_names[o]!r} (always {y[0, o]:g})" for o in constant]
+        raise DataError(
+            f"{source}: target column(s) {', '.join(names)} hold a single value in all {len(y)} {rows}; "
+            "a regression target must vary, so choose another target column."
         )

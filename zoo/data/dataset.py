@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from zoo.data.checks import DataError, check_xy
+from zoo.data.checks import DataError, check_targets_vary, check_xy
 
 __all__ = [
     "TASKS",
@@ -191,10 +191,12 @@ def regression_dataset(
 
     ``x`` is ``[N, D]`` (statistics per column, loc/scale ``[D]``) or ``[N, T, F]`` (statistics
     per feature over rows and steps, loc/scale ``[1, 1, F]``); ``y`` is ``[N, O]``. The
-    statistics are those of ``fit_x`` / ``fit_y``, by default the training split.
+    statistics are those of ``fit_x`` / ``fit_y``, by default the training split; a target
+    column constant over ``fit_y`` raises :class:`DataError` (there would be nothing to learn).
     """
     fit_x = x_train if fit_x is None else fit_x
     fit_y = y_train if fit_y is None else fit_y
+    check_targets_vary(fit_y, name, target_names, "training rows" if fit_y is y_train else "rows")
     x_loc, x_scale = standardiser(fit_x, 0 if x_train.ndim == 2 else (0, 1))
     if x_train.ndim == 3:
         x_loc, x_scale = x_loc.reshape(1, 1, -1), x_scale.reshape(1, 1, -1)

@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
-from zoo.data.checks import DataError, check_finite_array
+from zoo.data.checks import DataError
 from zoo.data.dataset import Dataset, random_split, regression_dataset
+from zoo.data.files import CsvTable, read_csv_table
 
 __all__ = [
     "DEFAULT_EULER_DIR",
@@ -56,19 +56,38 @@ def _euler_folder(folder) -> Path:
     return folder
 
 
-def _read_euler_step(folder: Path, step: int) -> pd.DataFrame:
+def _read_euler_step(folder: Path, step: int) -> tuple[CsvTable, np.ndarray]:
+    """One step file, read and checked, and its angles, float64 ``[N, 3]`` (degrees)."""
     path = folder / f"IPF_Final_{step}.csv"
-    if not path.is_file():
+    if not path.exists():
         raise DataError(
             f"missing Euler-angle file {path}; strain steps {list(EULER_INPUT_STEPS)} (inputs) and "
             f"{EULER_TARGET_STEP} (target) are needed."
         )
-    frame = pd.read_csv(path)
-    missing = [c for c in (*EULER_ANGLES, "X", "Y") if c not in frame.columns]
+    table = read_csv_table(path, "Euler-angle file")
+    missing = [c for c in (*EULER_ANGLES, "X", "Y") if c not in table.columns]
     if missing:
-        raise DataError(f"{path} lacks columns {missing}; found {list(frame.columns)}.")
-    check_finite_array(frame[list(EULER_ANGLES)].to_numpy(dtype=np.float64), str(path), list(EULER_ANGLES))
-    return frame
+        raise DataError(f"{path} lacks columns {missing}; found {table.columns}.")
+    return table, table.numeric(list(EULER_ANGLES))
+
+
+def _check_same_pixels(table: CsvTable, xy: np.ndarray) -> None:
+    """Raise unless ``table`` lists the pixels ``xy`` ``[N, 2]`` (X, Y) in the same order."""
+    other = table.frame[["X", "Y"]].to_numpy()
+    if len(other) == len(xy) and np.array_equal(other, xy):
+        return
+    if len(other) != len(xy):
+        where = f"it has {len(other)} data rows"
+    else:
+        row = int(np.flatnonzero(np.any(other != xy, axis=1))[0])
+        where = (
+            f"line {table.lines([row])[0]} has (X, Y) = {tuple(other[row].tolist())}, not "
+            f"{tuple(xy[row].tolist())} ({table.lines.note})"
+        )
+    raise DataError(
+        f"{table.path} does not list the same pixels (X, Y, in the same order, {len(xy)} rows) as "
+        f"IPF_Final_{EULER_INPUT_STEPS[0]}.csv: {where}; every step file must hold the same pixels."
+    )
 
 
 def load_euler(folder=None, train_fraction: float = 0.8, seed: int = 0, max_pixels: int | None = None) -> Dataset:
@@ -90,18 +109,18 @@ def load_euler(folder=None, train_fraction: float = 0.8, seed: int = 0, max_pixe
         except 6, standardised per angle with training statistics (``x_loc`` / ``x_scale`` of
         shape ``[1, 1, 3]``); y ``[N, 3]`` = the angles at step 20, standardised.
         ``info["xy_train"]`` / ``info["xy_test"]`` hold the pixels' (X, Y) as int64 ``[N, 2]``.
+
+    Each file is checked before any split (:func:`zoo.data.files.read_csv_table`): a missing,
+    empty or repeated column, an angle that is not a number, missing, NaN/inf or beyond float32's
+    range, or pixels that differ from step 1's raise :class:`DataError` naming the file line
+    (1-based, the header is line 1) and the column.
     """
     folder = _euler_folder(folder)
-    frames = [_read_euler_step(folder, step) for step in (*EULER_INPUT_STEPS, EULER_TARGET_STEP)]
-    xy = frames[0][["X", "Y"]].to_numpy()
-    for step, frame in zip((*EULER_INPUT_STEPS, EULER_TARGET_STEP), frames):
-        if len(frame) != len(xy) or not np.array_equal(frame[["X", "Y"]].to_numpy(), xy):
-            raise DataError(
-                f"{folder / f'IPF_Final_{step}.csv'} does not list the same pixels (X, Y, in the same "
-                f"order, {len(xy)} rows) as IPF_Final_{EULER_INPUT_STEPS[0]}.csv; every step file "
-                "must hold the same pixels."
-            )
-    angles = np.stack([frame[list(EULER_ANGLES)].to_numpy(dtype=np.float64) for frame in frames], axis=1)
+    read = [_read_euler_step(folder, step) for step in (*EULER_INPUT_STEPS, EULER_TARGET_STEP)]
+    xy = read[0][0].frame[["X", "Y"]].to_numpy()
+    for table, _ in read:
+        _check_same_pixels(table, xy)
+    angles = np.stack([step_angles for _, step_angles in read], axis=1)
     pixels = np.arange(len(xy))
     if max_pixels is not None:
         if max_pixels < 2:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-from zoo.data.checks import DataError, check_finite_array
+from zoo.data.checks import DataError, check_targets_vary
 from zoo.data.dataset import Dataset, random_split, regression_dataset
+from zoo.data.files import read_csv_table
 
 __all__ = ["load_csv"]
 
@@ -31,39 +28,34 @@ def load_csv(path: str | os.PathLike, target_column, test_fraction: float = 0.2,
 
     Returns:
         A regression :class:`Dataset`, x ``[N, D]`` and y ``[N, O]`` standardised with the
-        training statistics. NaN/inf cells raise :class:`DataError` naming the data rows
-        (0-based, header not counted) and columns.
+        training statistics.
+
+    Before the split, the file is checked (:func:`zoo.data.files.read_csv_table`): a directory,
+    an empty file, a header without data rows, a column name given twice, a missing target
+    column, a cell that is not a number, a missing or NaN/inf cell, a value beyond float32's
+    range and a constant target each raise :class:`DataError` naming the file line (1-based,
+    the header is line 1) and the column.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"CSV file {path} does not exist; check the path.")
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise DataError(f"could not parse CSV file {path}: {err}") from err
-    columns = [str(c) for c in frame.columns]
-    frame.columns = columns
+    table = read_csv_table(path)
+    columns = table.columns
     targets = _target_names(target_column)
     missing = [name for name in targets if name not in columns]
     if not targets or missing:
         raise DataError(
-            f"target column(s) {missing or targets} not found in {path}; available columns: {columns}."
+            f"target column(s) {missing or targets} not found in {table.path}; available columns: {columns}."
         )
+    if len(set(targets)) != len(targets):
+        raise DataError(f"target columns {targets} name a column more than once; give each once.")
     features = [name for name in columns if name not in targets]
     if not features:
-        raise DataError(f"{path} has no feature columns besides the targets {targets}.")
-    non_numeric = [name for name in columns if not pd.api.types.is_numeric_dtype(frame[name])]
-    if non_numeric:
-        raise DataError(
-            f"{path} has non-numeric columns {non_numeric}; encode or drop them before loading."
-        )
-    values = frame[features + targets].to_numpy(dtype=np.float64)
-    check_finite_array(values, f"CSV file {path}", features + targets)
+        raise DataError(f"{table.path} has no feature columns besides the targets {targets}.")
+    values = table.numeric(features + targets)
+    check_targets_vary(values[:, len(features) :], table.source, targets, "data rows")
     train_idx, test_idx = random_split(len(values), test_fraction, seed)
     x, y = values[:, : len(features)], values[:, len(features) :]
-    info = {"source": str(path), "seed": seed, "test_fraction": test_fraction}
+    info = {"source": str(table.path), "seed": seed, "test_fraction": test_fraction}
     return regression_dataset(
-        path.stem,
+        table.path.stem,
         x[train_idx],
         y[train_idx],
         x[test_idx],

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.data.checks import DataError, check_finite_array, listing
+from zoo.data.checks import DataError, FileLines, check_table, check_targets_vary, listing
 from zoo.data.dataset import Dataset, random_split, regression_dataset
+from zoo.data.files import read_numbers
 
 __all__ = ["BUNDLED_UCI", "STANDARDISE_ON", "UCI_DATA_DIR", "load_uci", "load_uci_full_random_split"]
 
@@ -37,6 +38,7 @@ class _UciTable:
     name: str
     folder: Path
     data: np.ndarray  # float64 [N, C]
+    lines: FileLines  # data.txt line of each row
     features: list[int]
     targets: list[int]
     column_names: list[str]
@@ -56,31 +58,32 @@ def _uci_folder(name_or_path: str | os.PathLike) -> Path:
     return folder
 
 
-def _read_numbers(path: Path) -> np.ndarray:
-    """Whitespace-separated numbers of a text file (1-D for one number per line)."""
-    if not path.is_file():
-        raise DataError(f"missing file {path}; a UCI-layout folder needs it.")
-    try:
-        return np.loadtxt(path, ndmin=1)
-    except ValueError as err:
-        raise DataError(f"{path} must hold whitespace-separated numbers only: {err}") from err
-
-
 def _read_indices(path: Path, upper: int, what: str) -> list[int]:
-    """Integer indices of a file, each checked to lie in ``0 .. upper - 1``."""
-    values = _read_numbers(path).ravel()
-    if values.size == 0 or np.any(values != np.round(values)) or values.min() < 0 or values.max() >= upper:
-        raise DataError(f"{path} must list integer {what} in 0..{upper - 1}, got {listing(values)}.")
-    return [int(v) for v in values]
+    """Integer indices of a file, each in ``0 .. upper - 1`` and listed once; errors name the file line."""
+    values, lines = read_numbers(path, "UCI file", f"0-based {what} in 0..{upper - 1}, one per line", ndmin=2)
+    per_line, flat = values.shape[1], values.ravel()
+    bad = np.flatnonzero((flat != np.round(flat)) | (flat < 0) | (flat >= upper))
+    if bad.size:
+        found = [f"{flat[i]:g} at line {line}" for i, line in zip(bad, lines(bad // per_line))]
+        raise DataError(f"UCI file {path} must list integer {what} in 0..{upper - 1}; found {listing(found)}.")
+    indices = flat.astype(int)
+    unique, counts = np.unique(indices, return_counts=True)
+    if np.any(counts > 1):
+        repeats = [
+            f"{v} at lines {', '.join(map(str, sorted(set(lines(np.flatnonzero(indices == v) // per_line)))))}"
+            for v in unique[counts > 1]
+        ]
+        raise DataError(
+            f"UCI file {path} lists {what} more than once: {listing(repeats)}; each may appear once, "
+            "so remove the repeats."
+        )
+    return indices.tolist()
 
 
 def _read_uci_table(name_or_path, targets) -> _UciTable:
     folder = _uci_folder(name_or_path)
-    data = _read_numbers(folder / "data.txt")
-    if data.ndim != 2:
-        data = data.reshape(1, -1)
-    if data.size == 0:
-        raise DataError(f"{folder / 'data.txt'} holds no data; it needs one row of numbers per example.")
+    data_path = folder / "data.txt"
+    data, lines = read_numbers(data_path, "UCI file", "one line of whitespace-separated numbers per example", ndmin=2)
     n_columns = data.shape[1]
     column_file = folder / "columns.txt"
     column_names = (
@@ -88,16 +91,17 @@ def _read_uci_table(name_or_path, targets) -> _UciTable:
     )
     if len(column_names) != n_columns:
         raise DataError(f"{column_file} names {len(column_names)} columns but data.txt has {n_columns}.")
-    check_finite_array(data, str(folder / "data.txt"), column_names)
+    check_table(data, f"UCI file {data_path}", column_names, lines)
     if targets is None:
         targets = _read_indices(folder / "index_target.txt", n_columns, "target columns")
     else:
         targets = [int(t) for t in np.atleast_1d(targets)]
         if not targets or len(set(targets)) != len(targets) or not all(0 <= t < n_columns for t in targets):
             raise DataError(
-                f"targets must be distinct column indices in 0..{n_columns - 1} of {folder / 'data.txt'}, "
+                f"targets must be distinct column indices in 0..{n_columns - 1} of {data_path}, "
                 f"got {targets}; the columns are {column_names}."
             )
+    check_targets_vary(data[:, targets], f"UCI file {data_path}", [column_names[t] for t in targets], "rows")
     features = [
         c for c in _read_indices(folder / "index_features.txt", n_columns, "feature columns") if c not in targets
     ]
@@ -106,13 +110,23 @@ def _read_uci_table(name_or_path, targets) -> _UciTable:
     info = {"source": str(folder)}
     for key in ("n_splits", "n_hidden", "n_epochs"):
         if (folder / f"{key}.txt").is_file():
-            info[key] = int(_read_numbers(folder / f"{key}.txt")[0])
+            info[key] = int(read_numbers(folder / f"{key}.txt", "UCI file", f"the number {key}")[0][0])
     for key in ("dropout_rates", "tau_values"):
         if (folder / f"{key}.txt").is_file():
-            info[key] = _read_numbers(folder / f"{key}.txt").ravel().tolist()
+            info[key] = read_numbers(folder / f"{key}.txt", "UCI file", f"the {key} grid")[0].ravel().tolist()
     if "n_splits" not in info:
         info["n_splits"] = len(list(folder.glob("index_train_*.txt")))
-    return _UciTable(folder.name, folder, data, features, targets, column_names, info)
+    return _UciTable(folder.name, folder, data, lines, features, targets, column_names, info)
+
+
+def _check_disjoint(table: _UciTable, train_path: Path, test_path: Path, train_idx, test_idx) -> None:
+    shared = np.intersect1d(train_idx, test_idx)
+    if shared.size:
+        raise DataError(
+            f"UCI files {train_path} and {test_path.name} share {shared.size} row index(es) {listing(shared)} "
+            f"(0-based rows of data.txt, at its lines {listing(table.lines(shared))}); a row must not be in both "
+            "the training and the test split, so fix the split files."
+        )
 
 
 def _uci_dataset(table: _UciTable, train_idx, test_idx, info: dict, split=None, fit_all=False) -> Dataset:
@@ -151,6 +165,13 @@ def load_uci(name_or_path: str | os.PathLike, split: int = 0, targets=None) -> D
         training split's statistics; ``info`` holds the source folder, ``n_splits`` and, when the
         folder has them, the recommended ``n_hidden`` / ``n_epochs`` and the ``dropout_rates`` /
         ``tau_values`` grids of Gal & Ghahramani 2016.
+
+    Before any split or standardisation the files are checked, each error a :class:`DataError`
+    naming the file and its 1-based line (data.txt has no header; ``#`` comments and blank lines
+    are skipped but counted): data.txt must hold numbers only, as many on every line, all
+    finite and within float32's range, and a target column that varies; index files must list
+    integers in range, each once; a split's training and test rows must not overlap, and its
+    training targets must vary.
     """
     table = _read_uci_table(name_or_path, targets)
     n_splits = table.info["n_splits"]
@@ -159,8 +180,12 @@ def load_uci(name_or_path: str | os.PathLike, split: int = 0, targets=None) -> D
             f"split {split!r} is out of range for {table.name!r}: valid splits are 0..{n_splits - 1}."
         )
     n_rows = table.data.shape[0]
-    train_idx = _read_indices(table.folder / f"index_train_{split}.txt", n_rows, "training rows")
-    test_idx = _read_indices(table.folder / f"index_test_{split}.txt", n_rows, "test rows")
+    train_path, test_path = table.folder / f"index_train_{split}.txt", table.folder / f"index_test_{split}.txt"
+    train_idx = _read_indices(train_path, n_rows, "training rows")
+    test_idx = _read_indices(test_path, n_rows, "test rows")
+    _check_disjoint(table, train_path, test_path, train_idx, test_idx)
+    target_names = [table.column_names[t] for t in table.targets]
+    check_targets_vary(table.data[train_idx][:, table.targets], f"UCI file {train_path}", target_names, "training rows")
     info = {**table.info, "protocol": f"fixed split {split} of {n_splits}"}
     return _uci_dataset(table, train_idx, test_idx, info, split=int(split))
 
