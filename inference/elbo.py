@@ -172,7 +172,7 @@ class _SoftplusNormalDraw(torch.autograd.Function):
                 else:
                     grad_loc = torch.add(grad_loc, diff, alpha=beta / (s * s))
                     g_sigma.add_(sigma, alpha=beta / (s * s)).sub_(sigma.reciprocal(), alpha=beta)
-            grads += [grad_loc, g_sigma.mul_(exp_raw)]  # dσ/dρ = sigmoid(ρ) = e^ρ / (1 + e^ρ)
+            grads += [grad_loc, g_sigma.mul_(exp_raw).div_(exp_raw + 1.0)]  # dσ/dρ = sigmoid(ρ) = e^ρ / (1 + e^ρ)
         return (None, None, *grads)
 
 

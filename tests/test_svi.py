@@ -29,6 +29,7 @@ def test_svi_recovers_conjugate_posterior_mean(conjugate_regression):
         conjugate_bnn(problem), problem.x, problem.y, backend="svi", seed=0, progress=False,
         epochs=2000, batch_size=None, lr=0.03, lr_final_factor=0.003, num_particles=8, init_scale=0.05,
     )
+    assert post.info["elbo_path"] == "fused"  # Normal priors: the trace-free path (tests/test_svi_fast_path.py)
     draws = flat_linear_draws(post.sample_params(8000, seed=1))
     # Monte Carlo error of the draw mean is sd/sqrt(8000) ≈ 0.011 sd, well inside the 0.1 sd bound
     z = (draws.mean(0) - problem.post_mean) / problem.post_sd
@@ -155,6 +156,7 @@ def test_laplace_prior_uses_monte_carlo_kl(conjugate_regression):
     bnn = BayesianNetwork(problem.net(), "all", prior=LaplacePrior(1.0),
                           likelihood=GaussianLikelihood(problem.noise_sd), output_dim=1)
     post = fit(bnn, problem.x, problem.y, progress=False, epochs=400, batch_size=None, lr=0.03)
+    assert post.info["elbo_path"] == "pyro-trace"
     draws = flat_linear_draws(post.sample_params(4000, seed=1))
     # with 40 points the likelihood dominates: the mean is near the Gaussian-prior answer
     assert ((draws.mean(0) - problem.post_mean).abs() < 3 * problem.post_sd).all()

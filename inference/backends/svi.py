@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional
 
+import pyro
+
 from ..guides import GUIDES, fused_elbo_blocker
 from ..posterior import VariationalPosterior
 from ..training import LoopOptions, fit_guide, trace_particle
@@ -73,9 +75,14 @@ def choose_elbo_path(bnn, config: SVIConfig) -> tuple[str, Optional[str]]:
 
 def svi_particle(bnn, path: str) -> Callable:
     """``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)`` on ``path``."""
-    if path == "fused":
-        return lambda guide, xb, yb, num_data: guide.elbo_terms(bnn, xb, yb, num_data)
-    return lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data)
+    if path != "fused":
+        return lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data)
+
+    def fused_particle(guide, xb, yb, num_data):
+        with pyro.validation_enabled(False):  # as on the trace path: the data were checked once by fit()
+            return guide.elbo_terms(bnn, xb, yb, num_data)
+
+    return fused_particle
 
 
 class SVIBackend(Backend):
