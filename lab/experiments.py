@@ -24,7 +24,6 @@ import concurrent.futures as cf
 import ctypes
 import ctypes.util
 import json
-import math
 import multiprocessing
 import os
 import signal
@@ -33,10 +32,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .grids import EXPERIMENTS, EXTRAS, Experiment, Run, load_run_data
+from .grid_runs import EXTRAS, Experiment, Run, load_run_data
+from .grids import EXPERIMENTS
 from .store import RunLock, StoreError, check_folder, verify_run
+from .tables import make_figures, summarise, summary_markdown
 
-__all__ = ["run_experiment", "run_one", "summarise", "add_experiment_arguments", "run_experiment_command", "EXECUTORS"]
+__all__ = ["run_experiment", "run_one", "is_finished", "add_experiment_arguments", "run_experiment_command", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
 _PR_SET_PDEATHSIG = 1
@@ -279,49 +280,6 @@ def collect(runs, root):
     return pd.DataFrame(rows)
 
 
-def summarise(results, group) -> "pd.DataFrame":
-    """Mean, standard error (sd / √n, ddof 1; NaN for n = 1) and n of every numeric column per group."""
-    import pandas as pd
-
-    group = [g for g in group if g in results.columns]
-    numeric = [c for c in results.columns
-               if c not in group and c not in ("seed", "split") and pd.api.types.is_numeric_dtype(results[c])]
-    grouped = results.groupby(group, sort=False, dropna=False)[numeric]
-    mean, sd, n = grouped.mean(), grouped.std(ddof=1), grouped.count()
-    se = sd / n.pow(0.5)
-    table = pd.concat({"mean": mean, "se": se}, axis=1)
-    table.columns = [f"{metric}_{stat}" for stat, metric in table.columns]
-    table.insert(0, "n", results.groupby(group, sort=False, dropna=False).size())
-    return table.reset_index()
-
-
-def _cell(mean, se) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "–"
-    text = f"{mean:.4g}"
-    return text if se is None or math.isnan(se) else f"{text} ± {se:.2g}"
-
-
-def summary_markdown(experiment: Experiment, summary, failures: dict) -> str:
-    """The summary as a markdown table: group columns, n, ``mean ± se`` per metric, published columns."""
-    group = [g for g in experiment.group if g in summary.columns]
-    metrics = [m for m in experiment.metrics if f"{m}_mean" in summary.columns]
-    rows = []
-    for _, row in summary.iterrows():
-        cells = [str(row[g]) for g in group] + [str(int(row["n"]))]
-        cells += [_cell(row[f"{m}_mean"], row[f"{m}_se"]) for m in metrics]
-        published = experiment.published(row.to_dict()) if experiment.published else {}
-        rows.append(cells + list(published.values()))
-    extra = list(experiment.published(summary.iloc[0].to_dict())) if experiment.published and len(summary) else []
-    header = group + ["n"] + metrics + extra
-    lines = [f"**{experiment.name}** — {experiment.description}. Mean ± standard error over splits/seeds.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
-    if failures:
-        lines += ["", f"{len(failures)} run(s) failed (see failures.txt): " + ", ".join(sorted(failures))]
-    return "\n".join(lines) + "\n"
-
-
 def write_tables(experiment: Experiment, runs, root, out, failures):
     """Write results.csv, summary.csv, summary.md, failures.txt and figures into ``out``."""
     out = Path(out)
@@ -341,110 +299,6 @@ def write_tables(experiment: Experiment, runs, root, out, failures):
     files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
     files += make_figures(experiment.name, summary, out)
     return results, summary, files
-
-
-# --------------------------------------------------------------------------------------------
-# Figures
-# --------------------------------------------------------------------------------------------
-
-
-def _bars(ax, summary, x, series, metric, label=None):
-    """Grouped bars of ``metric`` (mean ± se): one group per value of ``x``, one bar per ``series``."""
-    xs = list(dict.fromkeys(summary[x]))
-    names = list(dict.fromkeys(summary[series])) if series else [None]
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        part = summary if name is None else summary[summary[series] == name]
-        part = part.set_index(x).reindex(xs)
-        positions = [j + (i - (len(names) - 1) / 2) * width for j in range(len(xs))]
-        ax.bar(positions, part[f"{metric}_mean"], width, yerr=part[f"{metric}_se"].fillna(0), capsize=2,
-               label=None if name is None else str(name))
-    ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(label or metric)
-    if series:
-        ax.legend(fontsize=7)
-
-
-def _figure_euler(summary, plt):
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    _bars(axes[0], summary, "variant", "formulation", "rmse_circular", "test RMSE (circular), degrees")
-    _bars(axes[1], summary, "variant", "formulation", "rmse_plain", "test RMSE (plain, as Bagga et al. 2025), degrees")
-    _bars(axes[2], summary, "variant", "formulation", "coverage_90", "90% interval coverage")
-    axes[2].axhspan(0.85, 0.95, color="green", alpha=0.1)
-    return fig
-
-
-def _figure_uci(summary, plt):
-    datasets = list(dict.fromkeys(summary["dataset"]))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.2 * len(datasets), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], datasets):
-        part = summary[summary["dataset"] == name]
-        _bars(ax, part, "backend", "stochastic", "rmse", "test RMSE")
-        ax.set_title(name, fontsize=9)
-    return fig
-
-
-def _figure_structured(summary, plt):
-    inits = list(dict.fromkeys(summary["init_sd"]))
-    fig, axes = plt.subplots(1, len(inits), figsize=(7 * len(inits), 4), squeeze=False)
-    for ax, init in zip(axes[0], inits):
-        part = summary[summary["init_sd"] == init]
-        _bars(ax, part, "variant", None, "rmse_std", "test RMSE (standardised)")
-        ax.set_title(f"guide initial sd {init:g}", fontsize=9)
-        vanilla = part.loc[part["variant"] == "vanilla MFVI", "rmse_std_mean"]
-        if len(vanilla):
-            ax.axhline(float(vanilla.iloc[0]), color="k", lw=0.8, label="vanilla MFVI")
-            ax.axhline(0.7 * float(vanilla.iloc[0]), color="r", ls="--", lw=0.8, label="goal: 30% below vanilla")
-            ax.legend(fontsize=7)
-    return fig
-
-
-def _figure_sparse(summary, plt):
-    fig, ax = plt.subplots(figsize=(7, 4))
-    _bars(ax, summary, "family", "prune", "accuracy", "test accuracy")
-    return fig
-
-
-def _figure_radial(summary, plt):
-    from .grids import CONFIDENCE_THRESHOLDS
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, metric in zip(axes[:2], ("accuracy", "nll")):
-        ax.errorbar(summary["M"], summary[f"{metric}_mean"], summary[f"{metric}_se"].fillna(0), marker="o", capsize=2)
-        ax.set_xscale("log")
-        ax.set_xlabel("MC-KL samples M")
-        ax.set_ylabel(f"test {metric}")
-    for _, row in summary.iterrows():
-        kept = [row[f"kept_{t:g}_mean"] for t in CONFIDENCE_THRESHOLDS]
-        acc = [row[f"acc_{t:g}_mean"] for t in CONFIDENCE_THRESHOLDS]
-        axes[2].plot(kept, acc, marker="o", label=f"M = {int(row['M'])}")
-    axes[2].set_xlabel("fraction kept (max probability ≥ threshold)")
-    axes[2].set_ylabel("accuracy on the kept points")
-    axes[2].legend(fontsize=7)
-    return fig
-
-
-FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci,
-           "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
-           "radial-mc": _figure_radial}
-"""Figure makers ``(summary, pyplot) -> Figure`` per experiment."""
-
-
-def make_figures(name: str, summary, out: Path) -> list:
-    """Write ``out/<name>.png`` from the summary table; returns the paths written."""
-    if name not in FIGURES:
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = FIGURES[name](summary, plt)
-    fig.tight_layout()
-    path = Path(out) / f"{name}.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
 
 
 # --------------------------------------------------------------------------------------------

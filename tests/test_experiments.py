@@ -17,8 +17,10 @@ from lab import grids
 from zoo.architectures import build_architecture
 from lab.cli import main
 from zoo.data import Dataset, euler_increments, load_euler, wrap_degrees
-from lab.grids import EXPERIMENTS, Experiment, Run, frozen_features
-from lab.experiments import is_finished, run_experiment, summarise
+from lab.grid_runs import Experiment, Run, frozen_features
+from lab.grids import EXPERIMENTS
+from lab.experiments import is_finished, run_experiment
+from lab.tables import summarise
 from lab.store import RunLock
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,212 @@
+"""What a grid run is made of: :class:`Run`, :class:`Experiment`, the dataset builders and extra metrics.
+
+A grid (:mod:`lab.grids`) is a list of :class:`Run` s: a :class:`lab.runs.RunSpec`, the labels
+that identify its configuration in the result tables, and optionally a dataset builder (a name
+in :data:`DATASETS`, for data that :func:`zoo.data.load_dataset` cannot express) and a
+prerequisite run whose output the builder reads (e.g. last-layer inference on the *frozen* body
+of a deterministically trained network).  :data:`EXTRAS` are metrics computed from the run's own
+test-set prediction.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from inference import load_posterior
+from inference.backends import BACKENDS
+from lab.runs import RunSpec
+from zoo.data import Dataset, euler_increments, load_dataset, load_uci_full_random_split, wrap_degrees
+
+__all__ = ["Run", "Experiment", "DATASETS", "EXTRAS", "CONFIDENCE_THRESHOLDS", "load_run_data",
+           "available_backends", "frozen_features"]
+
+
+@dataclass
+class Run:
+    """One cell of a grid.
+
+    Attributes:
+        key: the run directory's name under ``OUT/runs/`` (unique in the grid).
+        spec: what :func:`lab.runs.execute` runs.
+        labels: configuration columns of the result tables (e.g. ``{"variant": "full SVI"}``).
+        dataset: a name in :data:`DATASETS` building the data, or ``None`` for
+            ``load_dataset(spec.data, split, seed, **spec.data_options)``.
+        after: key of a run that must finish first; the builder reads its directory.
+        extras: names in :data:`EXTRAS`: metrics computed from ``execute``'s test-set
+            prediction and added to ``metrics.json``.
+    """
+
+    key: str
+    spec: RunSpec
+    labels: dict
+    dataset: Optional[str] = None
+    after: Optional[str] = None
+    extras: tuple = ()
+
+
+@dataclass
+class Experiment:
+    """A named grid: ``build(fast, data_root) -> [Run]`` and how to summarise it.
+
+    ``group`` are the label columns a configuration is identified by (mean ± standard error
+    over the others, i.e. splits / seeds); ``metrics`` the columns of ``summary.md``;
+    ``published(row) -> {column: text}`` adds published numbers beside ours.
+    """
+
+    name: str
+    description: str
+    build: Callable[[bool, Optional[str]], list]
+    group: tuple
+    metrics: tuple
+    published: Optional[Callable[[dict], dict]] = None
+    hidden: bool = False
+
+
+def available_backends(wanted, note=print) -> list:
+    """The backends of ``wanted`` registered now, with a printed note for the others."""
+    missing = [b for b in wanted if b not in BACKENDS]
+    if missing:
+        note(f"note: backends not registered, left out of the grid: {', '.join(missing)}")
+    return [b for b in wanted if b in BACKENDS]
+
+
+# --------------------------------------------------------------------------------------------
+# Dataset builders
+# --------------------------------------------------------------------------------------------
+
+
+#: principal components of the frozen features with variance below this share of the largest are dropped
+WHITENING_CUTOFF = 1e-6
+
+
+def frozen_features(data: Dataset, net: torch.nn.Module, cutoff: float = WHITENING_CUTOFF) -> Dataset:
+    """The inputs of ``net``'s output layer(s), whitened, as a new dataset (same targets, same units).
+
+    Last-layer inference with a linear model on these features is last-layer inference on the
+    network with its body frozen at its trained weights.  For a
+    :class:`~zoo.architectures.MultiLSTM` all three heads read the same 192-d concatenation,
+    so one ``Linear(k, 3)`` spans exactly the three heads.  The features ``h [N, d]`` are
+    nearly collinear (covariance eigenvalues many orders of magnitude below the largest),
+    which makes a head's posterior extremely elongated; they are therefore mapped to their
+    whitened principal components
+    ``z = (h − mean) V Λ^{-1/2}`` (training statistics), keeping the ``k`` components with
+    variance ≥ ``cutoff`` × the largest.  The head's function class is unchanged up to the
+    dropped near-constant directions; its N(0, 1) prior is then a prior on whitened weights.
+    ``info["whitened"]`` records ``k`` and ``d``.
+    """
+    from zoo.architectures import output_modules
+
+    heads = [net.get_submodule(n) for n in output_modules(net, data.x_train[:2])]
+    captured = []
+    hooks = [h.register_forward_hook(lambda m, inputs, out: captured.append(inputs[0])) for h in heads]
+
+    def features(x):
+        chunks = []
+        with torch.no_grad():
+            for part in torch.split(x, 4096):
+                captured.clear()
+                net(part)
+                if any(not torch.equal(c, captured[0]) for c in captured):
+                    raise ValueError("the output layers read different inputs; frozen_features needs one shared input")
+                chunks.append(captured[0])
+        return torch.cat(chunks).double()
+
+    try:
+        h_train, h_test = features(data.x_train), features(data.x_test)
+    finally:
+        for h in hooks:
+            h.remove()
+    mean = h_train.mean(0)
+    values, vectors = torch.linalg.eigh(torch.cov(h_train.T, correction=0))
+    keep = values >= cutoff * values.max()
+    projection = vectors[:, keep] / values[keep].sqrt()
+    x_train, x_test = ((h - mean) @ projection for h in (h_train, h_test))
+    dim = int(keep.sum())
+    return dataclasses.replace(data, name=f"{data.name}-features", x_train=x_train.float(), x_test=x_test.float(),
+                               x_loc=torch.zeros(dim), x_scale=torch.ones(dim), feature_names=[],
+                               info={**data.info, "whitened": {"kept": dim, "of": int(h_train.shape[1])}})
+
+
+def load_run_data(run: Run, root, prerequisite: Optional[Run] = None) -> Optional[Dataset]:
+    """The data of ``run`` (``None``: :func:`lab.runs.execute` loads ``spec.data`` itself).
+
+    ``root`` is the folder of the grid's run directories; ``prerequisite`` the run named by
+    ``run.after`` (its data is the base of a ``frozen-features`` dataset).
+    """
+    if run.dataset is None:
+        return None
+    return DATASETS[run.dataset](run, Path(root), prerequisite)
+
+
+def _frozen(run: Run, root: Path, prerequisite: Run) -> Dataset:
+    spec = prerequisite.spec
+    base = load_run_data(prerequisite, root) or load_dataset(spec.data, split=spec.split, seed=spec.seed,
+                                                             **spec.data_options)
+    return frozen_features(base, load_posterior(root / run.after / "posterior").bnn.net)
+
+
+def _uci_random(run: Run, root, prerequisite) -> Dataset:
+    options = run.spec.data_options
+    return load_uci_full_random_split(run.spec.data.partition(":")[2], test_fraction=options["test_fraction"],
+                                      seed=options["split_seed"], standardise_on=options["standardise_on"])
+
+
+def _euler_increments(run: Run, root, prerequisite) -> Dataset:
+    return euler_increments(load_dataset(run.spec.data, seed=run.spec.seed, **run.spec.data_options))
+
+
+DATASETS: dict[str, Callable] = {
+    "euler-increments": _euler_increments,
+    "frozen-features": _frozen,
+    "uci-random": _uci_random,
+}
+"""Dataset builders ``(run, runs_root, prerequisite_run) -> Dataset``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Extra metrics (from execute's test-set prediction)
+# --------------------------------------------------------------------------------------------
+
+
+def _euler_metrics(prediction, data: Dataset) -> dict:
+    """RMSE of the step-20 angles in degrees, plain (as Bagga et al. 2025 report it) and circular (wrap-aware)."""
+    mean = prediction.mean.double()
+    if data.info.get("euler_target") == "increments":
+        angles = torch.as_tensor(data.info["last_test"]) + mean
+        angles, target = angles % 360.0, torch.as_tensor(data.info["target_test"])
+    else:
+        angles, target = mean, data.y_test_original().double()
+    return {"rmse_plain": float(((angles - target) ** 2).mean().sqrt()),
+            "rmse_circular": float((wrap_degrees(angles - target) ** 2).mean().sqrt())}
+
+
+CONFIDENCE_THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+def _confidence_curve(prediction, data: Dataset) -> dict:
+    """Accuracy on the test points whose max predictive probability ≥ t, and the share kept (Nazarovs et al. 2021, Fig. 7)."""
+    probs = prediction.mean
+    confidence, label = probs.max(-1)
+    out = {}
+    for t in CONFIDENCE_THRESHOLDS:
+        keep = confidence >= t
+        out[f"kept_{t:g}"] = float(keep.float().mean())
+        out[f"acc_{t:g}"] = float((label[keep] == data.y_test[keep]).float().mean()) if keep.any() else float("nan")
+    return out
+
+
+def _standardised_rmse(prediction, data: Dataset) -> dict:
+    """Test RMSE in standardised target units, averaged over outputs (Rochussen 2024's metric)."""
+    mean = prediction.mean
+    per_output = (((mean - data.y_test_original()) / data.y_scale) ** 2).mean(0).sqrt()
+    return {"rmse_std": float(per_output.mean())}
+
+
+EXTRAS: dict[str, Callable] = {"euler": _euler_metrics, "confidence": _confidence_curve,
+                               "rmse_std": _standardised_rmse}
+"""Extra metrics ``(prediction, data) -> {name: float}`` from the test-set
+:class:`~inference.posterior.Prediction` that :func:`lab.runs.execute` evaluated."""
