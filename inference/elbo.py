@@ -171,8 +171,10 @@ class _SoftplusNormalDraw(torch.autograd.Function):
                     g_sigma = g_sigma + beta * (sigma / (s * s) - sigma.reciprocal())
                 else:
                     grad_loc = torch.add(grad_loc, diff, alpha=beta / (s * s))
-                    g_sigma.add_(sigma, alpha=beta / (s * s)).sub_(sigma.reciprocal(), alpha=beta)
-            grads += [grad_loc, g_sigma.mul_(exp_raw).div_(exp_raw + 1.0)]  # dσ/dρ = sigmoid(ρ) = e^ρ / (1 + e^ρ)
+                    g_sigma.add_(sigma, alpha=beta / (s * s)).sub_(sigma.reciprocal_(), alpha=beta)
+            # dσ/dρ = sigmoid(ρ) = e^ρ / (1 + e^ρ); σ and e^ρ are this function's own buffers, updated in
+            # place (fewer large temporaries per step; a second backward pass is refused by autograd)
+            grads += [grad_loc, g_sigma.mul_(exp_raw).div_(exp_raw.add_(1.0))]
         return (None, None, *grads)
 
 

@@ -70,7 +70,7 @@ def correlated_regression(n=30, rho=0.95, noise_sd=0.5, seed=3):
     return x, y, noise_sd, mean.float(), cov.float()
 
 
-@pytest.mark.parametrize("dense, draws", [(False, 800), (True, 400)])
+@pytest.mark.parametrize("dense, draws", [(False, 1200), (True, 400)])
 def test_nuts_on_correlated_gaussian(dense, draws):
     x, y, noise_sd, mean, cov = correlated_regression()
     assert cov[0, 1] / cov.diagonal().prod().sqrt() < -0.8  # strongly correlated target

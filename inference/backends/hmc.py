@@ -59,8 +59,8 @@ class ChainConfig:
         pool_adaptation: estimate one inverse mass matrix from the warm-up draws of all
             chains together (C times the draws of a per-chain estimate) instead of one per chain.
         compile: ``torch.compile`` the leapfrog/NUTS step with the potential and its
-            gradient (a one-off compile of tens of seconds, then several times faster
-            steps; falls back to eager execution if compilation fails).
+            gradient (a one-off compile, then faster steps, timed in docs/mcmc.md; falls
+            back to eager execution if compilation fails).
     """
 
     num_chains: int = 4
