@@ -2,7 +2,7 @@
 
 A metric is the inverse mass matrix M⁻¹ of each chain, ``[C, D]`` (diagonal) or
 ``[C, D, D]`` (dense): kinetic energy K(p) = ½ pᵀ M⁻¹ p, momenta p ~ N(0, M), velocity
-dz/dt = M⁻¹ p (Neal 2011, §5.2; Betancourt 2017, §4.2).  The functions are pure, so the
+dz/dt = M⁻¹ p (Neal 2011, §5.2).  The functions are pure, so the
 compiled integrator can inline them.
 """
 from __future__ import annotations

@@ -63,7 +63,8 @@ class TreeState(NamedTuple):
         proposal: the subtree's multinomial (uniformly progressive) sample.
         rho: the subtree's momentum sum ``[C, D]``.
         checkpoints: see :class:`Checkpoints`.
-        accept_sum: Σ min(1, exp(H₀ − H)) over the whole trajectory so far ``[C]`` (Hoffman & Gelman 2014, eq. 9's statistic).
+        accept_sum: Σ min(1, exp(H₀ − H)) over the whole trajectory so far ``[C]`` (over
+            ``n_steps``, the dual-averaging statistic of Hoffman & Gelman 2014, §3.2.1).
         n_steps: leapfrog steps taken so far ``[C]``.
         diverging: ``[C]`` bool, a divergence anywhere in the trajectory.
     """
