@@ -24,8 +24,10 @@ import pyro
 import torch
 
 from zoo.bnn import BayesianNetwork
+from zoo.data import check_finite_array
 
 from .arviz_export import to_inference_data
+from .guides import build_guide
 from .prediction import Prediction
 
 __all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior", "load_posterior", "POSTERIOR_KINDS"]
@@ -95,8 +97,6 @@ class Posterior:
             seed: fixes the parameter draws (variational) and observation noise.
             chunk_size: draws per batched forward pass (default from a memory budget).
         """
-        from zoo.data import check_finite_array
-
         check_finite_array(x, "x")
         num_samples = self._check_num_samples(num_samples)
         if y is not None:
@@ -141,8 +141,6 @@ class Posterior:
 
     def check_targets(self, x, y) -> torch.Tensor:
         """``y`` validated against ``x`` and the model: finite, one row per input; regression ``[N, O]`` float."""
-        from zoo.data import check_finite_array
-
         y = torch.as_tensor(y)
         check_finite_array(y, "y")
         if y.shape[0] != x.shape[0]:
@@ -268,8 +266,6 @@ class VariationalPosterior(Posterior):
 
     @classmethod
     def _from_state(cls, bnn, state, info):
-        from .guides import build_guide
-
         guide = build_guide(state["guide_name"], bnn, **state["guide_kwargs"])
         guide.load_state_dict(state["guide_state"])
         return cls(bnn, guide, state["guide_name"], state["guide_kwargs"], info)

@@ -32,8 +32,14 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import torch
+
+from inference.posterior import to_jsonable
+from zoo.data import load_dataset
+
 from .grid_runs import EXTRAS, Experiment, Run, load_run_data
 from .grids import EXPERIMENTS
+from .runs import RUN_FILES, execute, write_run
 from .store import RunLock, StoreError, check_folder, verify_run
 from .tables import make_figures, summarise, summary_markdown
 
@@ -54,9 +60,6 @@ def _metrics_path(root: Path, key: str) -> Path:
 
 def is_finished(root, run: Run) -> bool:
     """Whether ``root/run.key`` holds a complete, undamaged run of the same spec (else it is run again)."""
-    from inference.posterior import to_jsonable
-    from lab.runs import RUN_FILES
-
     directory = Path(root) / run.key
     try:
         verify_run(directory, RUN_FILES)
@@ -71,11 +74,6 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
 
     A damaged or stale folder at ``root/run.key`` is replaced whole.
     """
-    import torch
-
-    from lab.runs import execute, write_run
-    from zoo.data import load_dataset
-
     if threads:
         torch.set_num_threads(threads)
     started = time.perf_counter()
@@ -101,8 +99,6 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
 
 def _init_worker(parent: int) -> None:
     """Worker start: one torch thread; on Linux, die (``SIGKILL``) when the experiment process dies."""
-    import torch
-
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops us
     if sys.platform.startswith("linux"):

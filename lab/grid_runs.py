@@ -19,6 +19,7 @@ import torch
 from inference import load_posterior
 from inference.backends import BACKENDS
 from lab.runs import RunSpec
+from zoo.architectures import output_modules
 from zoo.data import Dataset, euler_increments, load_dataset, load_uci_full_random_split, wrap_degrees
 
 __all__ = ["Run", "Experiment", "DATASETS", "EXTRAS", "CONFIDENCE_THRESHOLDS", "load_run_data",
@@ -98,8 +99,6 @@ def frozen_features(data: Dataset, net: torch.nn.Module, cutoff: float = WHITENI
     dropped near-constant directions; its N(0, 1) prior is then a prior on whitened weights.
     ``info["whitened"]`` records ``k`` and ``d``.
     """
-    from zoo.architectures import output_modules
-
     heads = [net.get_submodule(n) for n in output_modules(net, data.x_train[:2])]
     captured = []
     hooks = [h.register_forward_hook(lambda m, inputs, out: captured.append(inputs[0])) for h in heads]

@@ -44,7 +44,7 @@ from inference.backends import BACKENDS, fit, get_backend, parse_config
 from inference.diagnostics import convergence_metrics, convergence_warning
 from inference.metrics import evaluate
 from inference.posterior import SamplePosterior, to_jsonable
-from inference.variational.pruning import PRUNE_MODES
+from inference.variational.pruning import PRUNE_MODES, prune
 
 from .store import check_destination, staged_directory
 
@@ -264,8 +264,6 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     _check_draws(posterior)
     prune_report = None
     if spec.prune != "none":
-        from inference.variational.pruning import prune
-
         posterior, prune_report = prune(posterior, mode=spec.prune, seed=spec.seed)
     regression = data.task == "regression"
     y_test = data.y_test_original() if regression else data.y_test

@@ -10,8 +10,12 @@ shuffled epochs (both from :mod:`inference.training`, re-exported for the sampli
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
 
 import torch
+
+from zoo.data import check_finite_array
 
 from ..training import NonFiniteLossError, minibatches
 
@@ -37,9 +41,6 @@ def parse_config(backend: Backend, options: dict):
     number, a ``bool`` field only ``True``/``False``.  A mismatch raises a ``ValueError``
     naming the option, the value and the expected type.
     """
-    import math
-    import typing
-
     fields = {f.name for f in dataclasses.fields(backend.Config)}
     unknown = sorted(set(options) - fields)
     if unknown:
@@ -101,8 +102,6 @@ def parse_config(backend: Backend, options: dict):
 
 def check_training_data(bnn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate training tensors against the model; return them with canonical dtypes/shapes."""
-    from zoo.data import check_finite_array
-
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise ValueError(f"x and y must be torch tensors, got {type(x).__name__} and {type(y).__name__}")
     check_finite_array(x, "x")

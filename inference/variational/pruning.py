@@ -24,6 +24,7 @@ from typing import Optional
 
 import torch
 
+from ..metrics import accuracy, rmse
 from .protocol import PrunableGuide, rule_mask
 
 __all__ = ["PRUNE_MODES", "sparsity", "prune", "evaluate_repeated", "guide_sparsity"]
@@ -160,8 +161,6 @@ def evaluate_repeated(posterior, x: torch.Tensor, y: torch.Tensor, T: int, n: in
     Returns:
         ``{"metric", "T", "n", "values": [n floats], "mean", "sd"}`` (sd with n − 1; 0 when n = 1).
     """
-    from ..metrics import accuracy, rmse
-
     for label, value in (("T", T), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive integer, got {value!r}")
