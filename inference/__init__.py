@@ -11,6 +11,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="ArviZ is undergoing a major refactor", category=FutureWarning)
     from .arviz_export import load_netcdf, save_netcdf, to_inference_data
 from .backends import BACKENDS, NonFiniteLossError, fit, register_backend
+from .kernels import PSGLD, SGHMC, SGLD
 from .metrics import classification_metrics, evaluate, regression_metrics
 from .posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior
 
@@ -30,4 +31,5 @@ __all__ = [
     "to_inference_data",
     "save_netcdf",
     "load_netcdf",
+    "SGLD", "PSGLD", "SGHMC",
 ]

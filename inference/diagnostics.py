@@ -15,13 +15,16 @@ import numpy as np
 from .arviz_export import quiet_arviz
 
 __all__ = ["PREDICTIVE_VARS", "RHAT_WARNING", "predictive_summary", "convergence_metrics", "convergence_warning",
-           "tree_depth_saturation"]
+           "tree_depth_saturation", "MIN_DRAWS_PER_CHAIN"]
 
 PREDICTIVE_VARS = ("f_mean", "log_joint")
 
 #: ``rhat_max`` above this means the chains disagree (a lenient bar for runs of a few hundred
 #: draws per chain; Vehtari et al. 2021 recommend 1.01 for final inferences from long chains)
 RHAT_WARNING = 1.05
+
+#: split R-hat and ESS split each chain in two halves and need a few draws in each
+MIN_DRAWS_PER_CHAIN = 4
 
 
 def predictive_summary(idata: az.InferenceData):
@@ -40,16 +43,18 @@ def convergence_metrics(idata: az.InferenceData) -> dict:
     """``rhat_max``, ``ess_bulk_min``, ``ess_tail_min`` over predictive quantities, and ``divergences``.
 
     R-hat needs at least two chains; with a single chain (independent variational draws)
-    ``rhat_max`` is ``None``.
+    ``rhat_max`` is ``None``.  R-hat and ESS need at least :data:`MIN_DRAWS_PER_CHAIN` draws per
+    chain: point-mass members (MAP, deep-ensemble members: one draw per chain) have neither, so
+    all three are ``None``.
     """
-    summary = predictive_summary(idata)
-    out = {
-        "rhat_max": float(np.nanmax(summary["r_hat"].to_numpy())) if "r_hat" in summary else None,
-        "ess_bulk_min": float(np.nanmin(summary["ess_bulk"].to_numpy())),
-        "ess_tail_min": float(np.nanmin(summary["ess_tail"].to_numpy())),
-        "num_chains": int(idata.posterior.sizes["chain"]),
-        "num_draws": int(idata.posterior.sizes["draw"]),
-    }
+    num_chains, num_draws = int(idata.posterior.sizes["chain"]), int(idata.posterior.sizes["draw"])
+    out = {"rhat_max": None, "ess_bulk_min": None, "ess_tail_min": None,
+           "num_chains": num_chains, "num_draws": num_draws}
+    if num_draws >= MIN_DRAWS_PER_CHAIN:
+        summary = predictive_summary(idata)
+        out["rhat_max"] = float(np.nanmax(summary["r_hat"].to_numpy())) if "r_hat" in summary else None
+        out["ess_bulk_min"] = float(np.nanmin(summary["ess_bulk"].to_numpy()))
+        out["ess_tail_min"] = float(np.nanmin(summary["ess_tail"].to_numpy()))
     stats = getattr(idata, "sample_stats", None)
     if stats is not None and "diverging" in stats:
         out["divergences"] = int(stats["diverging"].values.sum())

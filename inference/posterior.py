@@ -14,8 +14,6 @@ Everything is seeded: the same ``seed`` gives the same predictions, also after
 """
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -28,9 +26,12 @@ from zoo.data import check_finite_array
 
 from .arviz_export import to_inference_data
 from .guides import build_guide
+from .posterior_io import POSTERIOR_KINDS, load_posterior, register_kind, save_posterior, to_jsonable
 from .prediction import Prediction
+from .summary_table import fmt, html_table, text_table
 
-__all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior", "load_posterior", "POSTERIOR_KINDS"]
+__all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior", "load_posterior", "POSTERIOR_KINDS",
+           "to_jsonable"]
 
 #: upper bound on draws × points × outputs held by one batched forward pass
 _DEFAULT_ELEMENT_BUDGET = 2**24
@@ -202,39 +203,56 @@ class Posterior:
                    "num_random": int(bnn.num_random), **_sampler_limits(self.info)},
         )
 
-    def _state(self) -> dict:
+    # ------------------------------------------------------------------ summary
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """``(label, value)`` rows of the notebook summary (``repr`` and the HTML table)."""
+        bnn, info = self.bnn, self.info
+        total = sum(p.numel() for p in bnn.net.parameters())
+        rows = [
+            ("backend", str(info.get("backend", "?"))),
+            ("network", f"{type(bnn.net).__name__}, {total} parameters"),
+            ("random sites", f"{len(bnn.sites)} weight sites + {len(bnn.latent_priors())} likelihood latents, "
+                             f"{bnn.num_random} random scalars"),
+            ("prior", repr(bnn.prior)),
+            ("likelihood", repr(bnn.likelihood)),
+        ]
+        rows += self._summary_rows()
+        rows += [(label, fmt(info[key])) for label, key in
+                 (("training points", "num_data"), ("seed", "seed"), ("fit seconds", "fit_seconds")) if key in info]
+        return rows
+
+    def _summary_rows(self) -> list[tuple[str, str]]:
+        return []
+
+    def __repr__(self) -> str:
+        return text_table(type(self).__name__, self.summary_rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(type(self).__name__, self.summary_rows())
+
+    # ------------------------------------------------------------------ io
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:  # a class with its own kind is loadable by that kind
+            register_kind(cls)
+
+    def _state(self) -> tuple[dict, dict]:
+        """``(meta, tensors)``: JSON-serialisable settings and a (nested) dict of tensors that
+        :meth:`_from_state` rebuilds this posterior from (see :mod:`inference.posterior_io`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _from_state(cls, bnn, meta: dict, tensors: dict, info: dict) -> "Posterior":
         raise NotImplementedError
 
     def save(self, directory) -> Path:
-        """Write ``posterior.pt`` (everything needed to predict) and ``info.json`` to ``directory``."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        bnn = self.bnn
-        payload = {
-            "kind": self.kind,
-            "net": bnn.net,
-            "sites": bnn.sites,
-            "prior": bnn.prior,
-            "likelihood": bnn.likelihood,
-            "train_deterministic": bnn.train_deterministic,
-            "output_dim": bnn.output_dim,
-            "target_loc": bnn.target_loc,
-            "target_scale": bnn.target_scale,
-            "info": self.info,
-            "state": self._state(),
-        }
-        torch.save(payload, directory / "posterior.pt")
-        with open(directory / "info.json", "w") as fh:
-            json.dump(to_jsonable(self.info), fh, indent=2)
-        return directory
+        """Write ``posterior.json``, ``posterior.pt`` and ``info.json`` to ``directory`` (no pickled
+        objects; see :mod:`inference.posterior_io`); reload with :func:`load_posterior`."""
+        return save_posterior(self, directory)
 
     @classmethod
-    def load(cls, directory) -> "Posterior":
-        return load_posterior(directory)
-
-    @classmethod
-    def _from_state(cls, bnn, state, info):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def load(cls, directory, net=None) -> "Posterior":
+        return load_posterior(directory, net=net)
 
 
 class VariationalPosterior(Posterior):
@@ -247,6 +265,16 @@ class VariationalPosterior(Posterior):
         self.guide = guide
         self.guide_name = guide_name
         self.guide_kwargs = dict(guide_kwargs)
+
+    def _summary_rows(self):
+        rows = [("guide", self.guide_name), ("draws", f"{self.default_num_samples} fresh guide draws per prediction")]
+        history = self.info.get("history") or {}
+        if history.get("loss"):
+            rows.append(("final loss", f"{fmt(history['loss'][-1])} after {len(history['loss'])} epochs"))
+        for key in ("elbo_path", "family", "estimator"):
+            if key in self.info:
+                rows.append((key.replace("_", " "), str(self.info[key])))
+        return rows
 
     def _param_chunks(self, num_samples, seed, chunk_size):
         names = self.bnn.site_names
@@ -262,13 +290,13 @@ class VariationalPosterior(Posterior):
             yield {n: trace.nodes[n]["value"].detach() for n in names}
 
     def _state(self):
-        return {"guide_name": self.guide_name, "guide_kwargs": self.guide_kwargs, "guide_state": self.guide.state_dict()}
+        return {"guide_name": self.guide_name, "guide_kwargs": self.guide_kwargs}, {"guide": self.guide.state_dict()}
 
     @classmethod
-    def _from_state(cls, bnn, state, info):
-        guide = build_guide(state["guide_name"], bnn, **state["guide_kwargs"])
-        guide.load_state_dict(state["guide_state"])
-        return cls(bnn, guide, state["guide_name"], state["guide_kwargs"], info)
+    def _from_state(cls, bnn, meta, tensors, info):
+        guide = build_guide(meta["guide_name"], bnn, **meta["guide_kwargs"])
+        guide.load_state_dict(tensors["guide"])
+        return cls(bnn, guide, meta["guide_name"], meta["guide_kwargs"], info)
 
 
 class SamplePosterior(Posterior):
@@ -297,6 +325,16 @@ class SamplePosterior(Posterior):
     def default_num_samples(self) -> int:
         return self._chains * self._num_draws
 
+    def _summary_rows(self):
+        rows = [("draws", f"{self._chains} chains × {self._num_draws} draws")]
+        stats = self.sample_stats
+        if "diverging" in stats:
+            rows.append(("divergences", f"{int(stats['diverging'].sum())} of {stats['diverging'].numel()}"))
+        for key in ("acceptance_rate", "step_size"):
+            if key in stats and stats[key].numel():
+                rows.append((f"mean {key.replace('_', ' ')}", fmt(float(stats[key].float().mean()))))
+        return rows
+
     def _flat(self):
         return {k: v.reshape(-1, *v.shape[2:]) for k, v in self.draws.items()}
 
@@ -314,54 +352,14 @@ class SamplePosterior(Posterior):
         return dict(self.draws)
 
     def _state(self):
-        return {"draws": self.draws, "sample_stats": self.sample_stats}
+        return {}, {"draws": self.draws, "sample_stats": self.sample_stats}
 
     @classmethod
-    def _from_state(cls, bnn, state, info):
-        return cls(bnn, state["draws"], state["sample_stats"], info)
+    def _from_state(cls, bnn, meta, tensors, info):
+        return cls(bnn, tensors["draws"], tensors["sample_stats"], info)
 
 
 def _sampler_limits(info: dict) -> dict:
     """Sampler settings the diagnostics need to read ``sample_stats`` (NUTS: ``max_tree_depth``)."""
     depth = (info.get("config") or {}).get("max_tree_depth")
     return {"max_tree_depth": int(depth)} if depth else {}
-
-
-POSTERIOR_KINDS = {cls.kind: cls for cls in (VariationalPosterior, SamplePosterior)}
-
-
-def load_posterior(directory) -> Posterior:
-    """Load a posterior written by :meth:`Posterior.save`."""
-    path = Path(directory) / "posterior.pt"
-    if not path.exists():
-        raise FileNotFoundError(f"no saved posterior at {path}; expected a directory written by Posterior.save()")
-    payload = torch.load(path, weights_only=False)
-    bnn = BayesianNetwork(
-        payload["net"],
-        prior=payload["prior"],
-        likelihood=payload["likelihood"],
-        train_deterministic=payload["train_deterministic"],
-        output_dim=payload["output_dim"],
-        target_loc=payload["target_loc"],
-        target_scale=payload["target_scale"],
-        sites=payload["sites"],
-    )
-    try:
-        cls = POSTERIOR_KINDS[payload["kind"]]
-    except KeyError:
-        raise ValueError(f"unknown posterior kind {payload['kind']!r}; known: {', '.join(POSTERIOR_KINDS)}") from None
-    return cls._from_state(bnn, payload["state"], payload["info"])
-
-
-def to_jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    return repr(obj)

@@ -12,10 +12,12 @@ from typing import Optional
 
 import torch
 
+from .summary_table import fmt, html_table, text_table
+
 __all__ = ["Prediction"]
 
 
-@dataclass
+@dataclass(repr=False)
 class Prediction:
     """Posterior predictive draws at ``N`` inputs.
 
@@ -100,6 +102,30 @@ class Prediction:
         if self.log_lik is None:
             raise ValueError("no targets were given to predict(); pass y=... to get log densities")
         return torch.logsumexp(self.log_lik, dim=0) - math.log(self.log_lik.shape[0])
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """``(label, value)`` rows of the notebook summary: shapes and a few averages, never the tensors."""
+        S, N, O = self.f.shape
+        unit = "outputs" if self.task == "regression" else "classes"
+        rows = [("task", self.task), ("draws f", f"{S} draws × {N} points × {O} {unit}")]
+        if self.task == "regression":
+            rows += [("mean prediction", f"{fmt(float(self.mean.mean()))} (range {fmt(float(self.mean.min()))} "
+                                         f"to {fmt(float(self.mean.max()))})"),
+                     ("mean predictive sd", f"{fmt(float(self.sd.mean()))} (epistemic "
+                                            f"{fmt(float(self.epistemic_sd.mean()))})")]
+        else:
+            rows.append(("mean top-class probability", fmt(float(self.mean.max(-1).values.mean()))))
+        if self.log_lik is not None:
+            rows.append(("mean log predictive density", fmt(float(self.log_predictive_density().mean()))))
+        if self.pit is not None:
+            rows.append(("mean PIT", fmt(float(self.pit.mean()))))
+        return rows
+
+    def __repr__(self) -> str:
+        return text_table("Prediction", self.summary_rows())
+
+    def _repr_html_(self) -> str:
+        return html_table("Prediction", self.summary_rows())
 
     def _require(self, task):
         if self.task != task:

@@ -1,7 +1,9 @@
 """The one training loop of the variational backends (``svi``, ``svi-lrt``, ``graves``, ``sparse-vd``,
 ``kingma-vd``, ``radial``).
 
-Per minibatch of size n out of N the loop minimises the KL-weighted negative ELBO
+The minibatches come from in-memory tensors (reshuffled every epoch) or from a ``DataLoader``
+(its own batches and order; :mod:`inference.batches`).  Per minibatch of size n out of N the
+loop minimises the KL-weighted negative ELBO
 
     L_t = −(N/n) Σ_batch E_q[log p(y|x,w)] + β_t KL(q ‖ p)
 
@@ -29,6 +31,7 @@ import pyro
 import torch
 from tqdm.auto import tqdm
 
+from .batches import LoaderBatches, as_batches, minibatches
 from .elbo import elbo_terms
 from .guides import build_guide
 from .posterior import VariationalPosterior
@@ -129,16 +132,6 @@ class LoopOptions:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
-def minibatches(num_data: int, batch_size: Optional[int], generator: torch.Generator):
-    """Indices of one shuffled epoch, in batches of ``batch_size`` (``None`` = full batch)."""
-    if batch_size is None or batch_size >= num_data:
-        yield torch.arange(num_data)
-        return
-    order = torch.randperm(num_data, generator=generator)
-    for start in range(0, num_data, batch_size):
-        yield order[start : start + batch_size]
-
-
 def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:
     """β at (fractional) ``epoch``: 0 during warm-up, then linear to 1 (Bowman et al. 2016)."""
     if epoch < warmup_epochs:
@@ -163,6 +156,9 @@ def lr_scheduler(optimizer, config: LoopOptions, total_steps: int):
 def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress: bool) -> dict:
     """Deterministic pretraining: maximise the likelihood with every random weight as a point estimate.
 
+    ``x, y`` are training tensors (minibatches of ``batch_size``), or ``x`` is a batch source of
+    :mod:`inference.batches` (then ``y`` and ``batch_size`` are not used).
+
     Fixed (masked-out) entries stay exactly at their fixed values; likelihood latents are
     held at their prior means.  Returns the pretrained site values ``{site: tensor}``.
     """
@@ -172,10 +168,11 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     if not params:
         return {n: v.detach() for n, v in values.items()}
     optimizer = torch.optim.Adam(params, lr=lr)
+    data = as_batches(x, y, batch_size)
     for _ in tqdm(range(epochs), desc="pretrain", disable=not progress, leave=False):
-        for index in minibatches(x.shape[0], batch_size, generator):
-            f = bnn.forward_single(values, x[index])
-            loss = -bnn.likelihood.log_prob(f.unsqueeze(0), y[index], latents).mean()
+        for xb, yb in data.epoch(generator):
+            f = bnn.forward_single(values, xb)
+            loss = -bnn.likelihood.log_prob(f.unsqueeze(0), yb, latents).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -207,7 +204,7 @@ def average_particles(particle: Callable, num_particles: int, beta: float):
 def run_training_loop(
     particle: Callable,
     params: list,
-    num_data: int,
+    data,
     config: LoopOptions,
     generator: torch.Generator,
     history: dict,
@@ -220,10 +217,12 @@ def run_training_loop(
     """Minibatches, particle averaging, KL annealing, Adam with the schedule, non-finite checks.
 
     Args:
-        particle: ``particle(index) -> (expected_log_likelihood, kl)``, one draw on minibatch
-            ``index`` (scalars with gradients; the likelihood already scaled by N/n).
+        particle: ``particle(x_batch, y_batch) -> (expected_log_likelihood, kl)``, one draw on a
+            minibatch (scalars with gradients; the likelihood already scaled by N/n).
         params: tensors to optimise.
-        num_data, config, generator: data size, loop options and the minibatch generator.
+        data: the minibatches, a :class:`~inference.batches.TensorBatches` or
+            :class:`~inference.batches.LoaderBatches`.
+        config, generator: loop options and the generator of the tensor minibatches' shuffles.
         history: dict of lists; per epoch it gains ``epoch``, ``loss``,
             ``expected_log_likelihood``, ``kl``, ``kl_weight`` and ``lr`` (epoch means).
         result: ``result() -> Posterior`` from the current parameters, attached to a
@@ -233,7 +232,7 @@ def run_training_loop(
             bar's postfix (e.g. per-layer sparsity).
         fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).
     """
-    steps_per_epoch = math.ceil(num_data / (config.batch_size or num_data))
+    steps_per_epoch = data.steps_per_epoch
     total_steps = config.epochs * steps_per_epoch
     optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
     scheduler = lr_scheduler(optimizer, config, total_steps)
@@ -243,9 +242,9 @@ def run_training_loop(
     for epoch in bar:
         sums = [0.0, 0.0, 0.0]
         beta = 1.0
-        for index in minibatches(num_data, config.batch_size, generator):
+        for xb, yb in data.epoch(generator):
             beta = kl_weight(epoch + (step % steps_per_epoch) / steps_per_epoch, config.kl_warmup_epochs, config.kl_anneal_epochs)
-            loss, loglik, kl = average_particles(lambda: particle(index), config.num_particles, beta)
+            loss, loglik, kl = average_particles(lambda: particle(xb, yb), config.num_particles, beta)
             if not torch.isfinite(loss):
                 raise NonFiniteLossError(step, "the loss", result())
             optimizer.zero_grad()
@@ -290,7 +289,9 @@ def fit_guide(
 
     Args:
         backend: the backend's name (recorded in ``info``).
-        bnn, x, y: the model and validated training data ``[N, ...]``.
+        bnn, x, y: the model and validated training data ``[N, ...]``, or ``x`` a
+            :class:`~inference.batches.LoaderBatches` (``y`` then ``None``; ``config.batch_size`` is
+            not used).
         config: the loop options (:class:`LoopOptions` or a subclass; recorded in ``info``).
         seed: seeds Pyro/torch draws and the minibatch order.
         progress: show tqdm bars.
@@ -312,9 +313,10 @@ def fit_guide(
     generator = torch.Generator().manual_seed(seed)
     started = time.perf_counter()
     init_values = None
+    data = as_batches(x, y, config.batch_size)
     if config.pretrain_epochs:
         init_values = pretrain(
-            bnn, x, y, config.pretrain_epochs, config.pretrain_lr or config.lr, config.batch_size, generator, progress
+            bnn, data, None, config.pretrain_epochs, config.pretrain_lr or config.lr, None, generator, progress
         )
         bnn.update_reference(init_values)
     guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
@@ -325,12 +327,13 @@ def fit_guide(
         "config": asdict(config),
         "seed": seed,
         "num_samples": config.num_samples,
-        "num_data": x.shape[0],
+        "num_data": data.num_data,
         "history": history,
     }
+    if isinstance(data, LoaderBatches):
+        run_info["data_loader"] = {"batches_per_epoch": data.steps_per_epoch, "batch_size": data.loader.batch_size}
     if info is not None:
         run_info.update(info(guide))
-    num_data = x.shape[0]
 
     def result():
         run_info["fit_seconds"] = time.perf_counter() - started
@@ -347,7 +350,7 @@ def fit_guide(
     if not params:  # nothing to optimise (frozen network, no latents)
         return result()
     run_training_loop(
-        lambda index: particle(guide, x[index], y[index], num_data), params, num_data, config, generator, history,
+        lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
         result, desc=f"{backend} ({bnn.num_random} random)", progress=progress,
         on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
     )

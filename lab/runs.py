@@ -5,7 +5,9 @@ path) before any work, fits, predicts the test set once and returns a :class:`Ru
 the metrics, posterior, prediction, ArviZ exports and data.  With an output folder it also writes
 
 * ``metrics.json`` — test metrics in original units (RMSE, test log-likelihood, coverage,
-  or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity;
+  or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity; a
+  posterior of several chains (ensemble members, MCMC chains) adds ``members``, the
+  per-member and mixture metrics and the members' disagreement (:mod:`inference.members`);
 * ``config.json`` — the spec, the resolved backend options and the data summary;
 * ``posterior/`` — the saved :class:`~inference.posterior.Posterior` (reload with
   :func:`inference.load_posterior`);
@@ -42,6 +44,7 @@ from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 from inference.arviz_export import loo_subset, save_netcdf
 from inference.backends import BACKENDS, fit, get_backend, parse_config
 from inference.diagnostics import convergence_metrics, convergence_warning
+from inference.members import member_metrics
 from inference.metrics import evaluate
 from inference.posterior import SamplePosterior, to_jsonable
 from inference.variational.pruning import PRUNE_MODES, prune
@@ -273,6 +276,9 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     if not bool(torch.isfinite(prediction.f).all()):
         raise RunFailed(f"{spec.backend}: the test-set predictions are non-finite; the posterior is unusable")
     metrics = evaluate(prediction, y_test)
+    if isinstance(posterior, SamplePosterior) and posterior.num_chains > 1:  # a mixture of members (chains)
+        metrics["members"] = member_metrics(posterior, data.x_test, y_test, prediction, seed=spec.seed)
+        metrics["member_disagreement"] = metrics["members"]["disagreement"]  # a scalar for results tables
     include_weights = bnn.num_random <= _MAX_EXPORTED_WEIGHTS
     idata = posterior.to_arviz(data.x_test, y_test, seed=spec.seed, include_weights=include_weights,
                                prediction=prediction)

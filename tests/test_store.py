@@ -48,7 +48,7 @@ def test_written_run_is_sealed_and_verified(tmp_path, result):
     directory = write_run(_attempt(result, 0), tmp_path / "run")
     manifest = verify_run(directory, RUN_FILES)
     assert set(manifest["files"]) == {"metrics.json", "config.json", "posterior.nc", "train.nc",
-                                      "posterior/posterior.pt", "posterior/info.json"}
+                                      "posterior/posterior.pt", "posterior/posterior.json", "posterior/info.json"}
     assert (directory / "posterior.nc").stat().st_size == manifest["files"]["posterior.nc"]["size"]
     assert not [p for p in tmp_path.iterdir() if p.name != "run"]  # no temporary sibling left
     assert oct(directory.stat().st_mode & 0o777) == oct(0o777 & ~_umask())

@@ -19,9 +19,18 @@ Two views of the same model are provided:
   :meth:`forward_draws`, :meth:`log_likelihood`, :meth:`log_prior` — built on
   ``torch.func.functional_call`` + ``vmap``; used for prediction and by samplers that
   need a fast potential energy.
+
+Prediction evaluates the network in eval mode (:meth:`BayesianNetwork.prediction_mode`):
+dropout is off and batch normalisation uses its running statistics, so the output at a point
+does not depend on the rest of the batch and is the same on every call; modules named in
+``active_at_prediction`` (e.g. the dropout layers an MC-dropout posterior keeps on) stay in
+training mode.  Training (:meth:`model`) runs the network in the mode it is in.  A network
+whose layers have no ``vmap`` batching rule (``nn.GRU``, ``nn.LSTM``) is detected on an
+example input (:meth:`check_forward`) and evaluated draw by draw instead.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Mapping, Optional
 
 import pyro
@@ -31,6 +40,7 @@ from torch.func import functional_call, vmap
 
 from .likelihoods import GaussianLikelihood, Likelihood
 from .priors import NormalPrior, Prior
+from .pyro_module import register_parameters, to_pyro_module
 from .stochastic import StochasticSite, as_selector
 
 __all__ = ["BayesianNetwork"]
@@ -48,11 +58,23 @@ class BayesianNetwork(nn.Module):
         likelihood: a :class:`~zoo.likelihoods.Likelihood` (default fixed-noise Gaussian).
         train_deterministic: train the non-random parameters jointly (``True``) or keep
             them frozen at their current / pretrained values (``False``).
-        example_input: a small input batch; lets ``"last"`` follow forward order.
+        example_input: a small input batch; lets ``"last"`` follow forward order, and checks
+            the network's output and ``vmap`` support (:meth:`check_forward`) at construction.
         output_dim: number of network outputs (inferred from ``example_input`` when given).
         target_loc, target_scale: ``[O]`` affine map from standardised to original target
             units (regression); predictions are reported in original units.
         sites: precomputed :class:`StochasticSite` list (used when loading from disk).
+
+    Attributes:
+        active_at_prediction: names of submodules kept in training mode at prediction
+            (default none: the whole network is evaluated in eval mode).
+        batched_draws: whether :meth:`forward_draws` ``vmap``-s over draws (``True``), loops
+            draw by draw (``False``), or has not been checked yet (``None``).
+        batching_error: why ``vmap`` failed on this network (``None`` if it did not).
+
+    Raises:
+        ValueError: ``net`` is not a module, or its forward on ``example_input`` does not
+            return one ``[n, O]`` tensor.
     """
 
     def __init__(
@@ -72,6 +94,10 @@ class BayesianNetwork(nn.Module):
         if not isinstance(net, nn.Module):
             raise ValueError(f"net must be a torch.nn.Module, got {type(net).__name__}")
         self.net = net
+        self.active_at_prediction: tuple[str, ...] = ()
+        self.batched_draws: Optional[bool] = None
+        self.batching_error: Optional[str] = None
+        example_output = None if example_input is None else self._example_output(example_input)
         self.selection = stochastic
         self.prior = prior if prior is not None else NormalPrior(1.0)
         self.likelihood = likelihood if likelihood is not None else GaussianLikelihood()
@@ -81,25 +107,26 @@ class BayesianNetwork(nn.Module):
         )
         self._site_by_name = {s.name: s for s in self.sites}
         if output_dim is None:
-            if example_input is None:
+            if example_output is None:
                 raise ValueError("give output_dim or an example_input so the output size is known")
-            with torch.no_grad():
-                output_dim = int(net(example_input).shape[-1])
+            output_dim = int(example_output.shape[-1])
         self.output_dim = int(output_dim)
-        if target_loc is None:
-            target_loc = torch.zeros(self.output_dim)
-        if target_scale is None:
-            target_scale = torch.ones(self.output_dim)
-        target_scale = torch.as_tensor(target_scale, dtype=torch.float32).reshape(-1)
+        param = next(net.parameters(), None)
+        like = {"dtype": torch.get_default_dtype()} if param is None else {"dtype": param.dtype, "device": param.device}
+        target_loc = torch.zeros(self.output_dim) if target_loc is None else target_loc
+        target_scale = torch.ones(self.output_dim) if target_scale is None else target_scale
+        target_scale = torch.as_tensor(target_scale).to(**like).reshape(-1)
         if not bool((target_scale > 0).all()):
             raise ValueError(f"target_scale must be positive, got {target_scale.tolist()}")
-        self.register_buffer("target_loc", torch.as_tensor(target_loc, dtype=torch.float32).reshape(-1))
+        self.register_buffer("target_loc", torch.as_tensor(target_loc).to(**like).reshape(-1))
         self.register_buffer("target_scale", target_scale)
         random_names = {s.name for s in self.sites}  # overridden wholly by site values
         for name, param in net.named_parameters():
             if name in random_names or not self.train_deterministic:
                 param.requires_grad_(False)
         self._build_priors()
+        if example_input is not None:
+            self.check_forward(example_input)
 
     def _build_priors(self) -> None:
         """(Re)build the weight priors (one per site) and the likelihood's latent priors.
@@ -198,7 +225,11 @@ class BayesianNetwork(nn.Module):
             num_data: full data size ``N``; the likelihood is scaled by ``N / n``.
         Returns:
             network output ``[n, O]`` (standardised units / logits), or ``None``.
+
+        The trainable deterministic parameters are registered with Pyro as ``"net$$$<name>"``
+        (:func:`zoo.pyro_module.register_parameters`), so stock ``pyro.infer.SVI`` trains them.
         """
+        register_parameters("net", self.net)
         values = {name: pyro.sample(name, d) for name, d in self._weight_priors.items()}
         latents = {name: pyro.sample(name, d) for name, d in self._latent_priors.items()}
         if x is None:
@@ -209,14 +240,87 @@ class BayesianNetwork(nn.Module):
             self.likelihood.observe(f, y, latents)
         return f
 
+    def to_pyro_module(self) -> pyro.nn.PyroModule:
+        """A ``PyroModule`` copy of the network with ``PyroSample`` priors on the random sites:
+        same sites and log joint as :meth:`model` (:func:`zoo.pyro_module.to_pyro_module`)."""
+        return to_pyro_module(self)
+
     def forward_single(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """Network output ``[N, O]`` with the random sites set to one draw ``{site: site-shaped}``."""
         overrides = {name: self._site_by_name[name].to_param(v) for name, v in values.items()}
         return functional_call(self.net, overrides, (x,), strict=False)
 
+    # ------------------------------------------------------------------ prediction mode and checks
+    def _enter_prediction_mode(self) -> list:
+        """Switch the network to prediction mode; returns the ``(module, previous mode)`` pairs changed."""
+        active = {self.net.get_submodule(name) for name in self.active_at_prediction}
+        active = {m for top in active for m in top.modules()}
+        changed = [(m, m.training) for m in self.net.modules() if m.training != (m in active)]
+        for module, was_training in changed:
+            module.training = not was_training
+        return changed
+
+    @contextlib.contextmanager
+    def prediction_mode(self):
+        """Evaluate the network as at prediction: eval mode except the ``active_at_prediction`` modules.
+
+        Each module's previous mode is restored on exit.
+        """
+        changed = self._enter_prediction_mode()
+        try:
+            yield self
+        finally:
+            for module, was_training in changed:
+                module.training = was_training
+
+    def _example_output(self, x: torch.Tensor) -> torch.Tensor:
+        """The network's output at ``x`` in prediction mode, checked to be one ``[n, O]`` tensor."""
+        with torch.no_grad(), self.prediction_mode():
+            out = self.net(x)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(
+                f"{type(self.net).__name__}.forward returned a {type(out).__name__}; a BayesianNetwork needs a "
+                f"network whose forward returns one tensor [n, O] of predictions (wrap it to return e.g. out[0])"
+            )
+        if out.dim() != 2 or out.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"{type(self.net).__name__}.forward returned shape {tuple(out.shape)} for {x.shape[0]} inputs; "
+                f"expected [n, O] = [{x.shape[0]}, outputs]"
+            )
+        return out
+
+    def check_forward(self, x: torch.Tensor) -> None:
+        """Check the network on example inputs ``x`` ``[n, ...]`` (the first two rows are used).
+
+        The forward must return one ``[n, output_dim]`` tensor; and the first check decides how
+        :meth:`forward_draws` evaluates a stack of draws: one ``vmap``-ed pass if it works on
+        this network, else (no batching rule, e.g. ``nn.GRU`` / ``nn.LSTM``) a loop over draws,
+        with the reason kept in ``batching_error``.  A network that fails draw by draw too
+        raises its own error here, before any fitting.
+        """
+        x = x[:2]
+        out = self._example_output(x)
+        if out.shape[-1] != self.output_dim:
+            raise ValueError(f"{type(self.net).__name__} returns {out.shape[-1]} outputs, the model was built for "
+                             f"{self.output_dim}")
+        if self.batched_draws is not None or not self.sites:
+            return
+        draws = {name: torch.stack([value, value]) for name, value in self.initial_values().items()}
+        with torch.no_grad(), self.prediction_mode():
+            try:
+                vmap(self.forward_single, in_dims=(0, None), randomness="different")(draws, x)
+            except Exception as err:  # no batching rule for some layer: fall back to the loop
+                self._loop_draws(draws, x)  # a network that fails without vmap too raises here
+                self.batched_draws, self.batching_error = False, f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            else:
+                self.batched_draws = True
+
     # ------------------------------------------------------------------ vectorised views
     def forward_draws(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """Network outputs for a stack of ``S`` parameter draws, in one batched pass.
+        """Network outputs for a stack of ``S`` parameter draws, in prediction mode.
+
+        One batched (``vmap``-ed) pass, or a loop over the draws for a network without
+        batching rules (see :meth:`check_forward`, run here on ``x`` if it has not been).
 
         Args:
             values: ``{site: [S, *site_shape]}`` (likelihood latents are ignored).
@@ -225,11 +329,25 @@ class BayesianNetwork(nn.Module):
             ``[S, N, O]`` outputs in standardised units (regression) or logits.
         """
         weights = {n: v for n, v in values.items() if n in self._site_by_name}
-        if not weights:
-            out = self.net(x)
-            num = next(iter(values.values())).shape[0] if values else 1
-            return out.unsqueeze(0).expand(num, *out.shape)
-        return vmap(self.forward_single, in_dims=(0, None), randomness="different")(weights, x)
+        if weights and self.batched_draws is None:
+            self.check_forward(x)
+        changed = self._enter_prediction_mode()
+        try:
+            if not weights:
+                out = self.net(x)
+                num = next(iter(values.values())).shape[0] if values else 1
+                return out.unsqueeze(0).expand(num, *out.shape)
+            if not self.batched_draws:
+                return self._loop_draws(weights, x)
+            return vmap(self.forward_single, in_dims=(0, None), randomness="different")(weights, x)
+        finally:
+            for module, was_training in changed:
+                module.training = was_training
+
+    def _loop_draws(self, weights: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """``[S, N, O]``: :meth:`forward_single` once per draw of ``weights`` ``{site: [S, ...]}``."""
+        num = next(iter(weights.values())).shape[0]
+        return torch.stack([self.forward_single({n: v[s] for n, v in weights.items()}, x) for s in range(num)])
 
     def latents_of(self, values: Mapping[str, torch.Tensor]) -> dict:
         return {n: values[n] for n in self._latent_priors}
@@ -268,4 +386,5 @@ class BayesianNetwork(nn.Module):
         return (
             f"random sites={len(self.sites)} ({self.num_random} scalars), prior={self.prior!r}, "
             f"likelihood={self.likelihood!r}, train_deterministic={self.train_deterministic}"
+            + (", draws evaluated one at a time (no vmap)" if self.batched_draws is False else "")
         )

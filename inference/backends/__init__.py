@@ -5,13 +5,24 @@ module (``svi.py``, ...).  Other modules add theirs with :func:`register_backend
 """
 from __future__ import annotations
 
-from .base import Backend, NonFiniteLossError, check_training_data, parse_config
+import torch
+from torch.utils.data import DataLoader
+
+from .base import Backend, NonFiniteLossError, check_loader, check_training_data, parse_config
 from .svi import SVIBackend
 from .hmc import HMCBackend, NUTSBackend
 from .sgmcmc import CyclicalSGMCMCBackend, PSGLDBackend, SGHMCBackend, SGLDBackend
+from .laplace import LaplaceBackend
+from .swag import MultiSWAGBackend, SWAGBackend
 from .variational import GravesBackend, KingmaVDBackend, RadialBackend, SparseVDBackend, SVILRTBackend
+from .map import MAPBackend
+from .ensemble import EnsembleBackend
+from .mc_dropout import MCDropoutBackend
 
-__all__ = ["BACKENDS", "fit", "register_backend", "Backend", "NonFiniteLossError"]
+__all__ = ["BACKENDS", "fit", "register_backend", "loader_backends", "resolve_device", "Backend", "NonFiniteLossError"]
+
+#: device types :func:`fit` moves a model to
+DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 BACKENDS: dict[str, Backend] = {"svi": SVIBackend()}
 BACKENDS["hmc"] = HMCBackend()
@@ -25,6 +36,12 @@ BACKENDS["graves"] = GravesBackend()
 BACKENDS["sparse-vd"] = SparseVDBackend()
 BACKENDS["kingma-vd"] = KingmaVDBackend()
 BACKENDS["radial"] = RadialBackend()
+BACKENDS["laplace"] = LaplaceBackend()
+BACKENDS["swag"] = SWAGBackend()
+BACKENDS["multiswag"] = MultiSWAGBackend()
+BACKENDS["map"] = MAPBackend()
+BACKENDS["ensemble"] = EnsembleBackend()
+BACKENDS["mc-dropout"] = MCDropoutBackend()
 
 
 def register_backend(backend: Backend) -> None:
@@ -38,21 +55,93 @@ def get_backend(name: str) -> Backend:
         raise ValueError(f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)}") from None
 
 
-def fit(bnn, x, y, backend: str = "svi", seed: int = 0, progress: bool = True, **options):
-    """Infer the posterior of ``bnn``'s random sites given data ``(x, y)``.
+def loader_backends() -> list[str]:
+    """Names of the backends that accept a ``DataLoader`` in :func:`fit`."""
+    return [name for name, engine in BACKENDS.items() if engine.accepts_loader]
+
+
+def resolve_device(device) -> torch.device:
+    """``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a ``torch.device``), checked to exist here.
+
+    Raises:
+        ValueError: not a device name, or a device this machine does not have.
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; valid devices: {', '.join(DEVICE_TYPES)} (or 'cuda:N')") from None
+    if resolved.type not in DEVICE_TYPES:
+        raise ValueError(f"unsupported device {device!r}; valid devices: {', '.join(DEVICE_TYPES)} (or 'cuda:N')")
+    if resolved.type == "cuda" and (not torch.cuda.is_available() or (resolved.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"device {device!r} is not available: this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s) (torch.cuda.is_available() is {torch.cuda.is_available()}); use device='cpu'")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} is not available on this machine (torch.backends.mps.is_available() "
+                         f"is False); use device='cpu'")
+    return resolved
+
+
+def _placed(bnn, x: torch.Tensor, y: torch.Tensor, raw_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checked ``(x, y)`` on the model's device, floating inputs and regression targets in its dtype.
+
+    ``raw_y`` is ``y`` before checking: floating targets are converted from it directly, so no
+    precision is lost on the way to a float64 model.
+    """
+    like = {"device": bnn.target_scale.device, "dtype": bnn.target_scale.dtype}
+    x = x.to(**like) if x.is_floating_point() else x.to(like["device"])
+    if bnn.likelihood.task == "regression" and raw_y.is_floating_point():
+        y = raw_y.reshape(y.shape)
+    return x, y.to(**like) if y.is_floating_point() else y.to(like["device"])
+
+
+def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = True, device=None, **options):
+    """Infer the posterior of ``bnn``'s random sites given data ``(x, y)`` or a ``DataLoader``.
 
     Args:
         bnn: a :class:`zoo.BayesianNetwork`.
-        x: inputs ``[N, ...]`` (the network's input units, usually standardised).
+        x: inputs ``[N, ...]`` (the network's input units, usually standardised), or a
+            ``torch.utils.data.DataLoader`` over a map-style dataset of ``(x, y)`` rows (then
+            ``y`` is ``None``): minibatch backends (:func:`loader_backends`: ``svi`` and the
+            variational families) draw each epoch's batches from it, in its order and batch
+            size, and scale the likelihood by N/n with N = ``len(loader.dataset)``.
         y: regression targets ``[N, O]`` in *standardised* units, or class labels ``[N]``.
         backend: a name in ``BACKENDS``.
-        seed: fixes every random draw of the run.
+        seed: fixes every random draw of the run (a DataLoader's shuffling has its own generator).
         progress: show a tqdm progress bar.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a ``torch.device``: ``bnn`` is
+            moved there (``bnn.to(device)``, in place) before fitting; default: where it is.  The
+            data always follow the model: moved to its device, floating inputs and regression
+            targets converted to its dtype (``bnn.double()`` fits in float64).
         **options: the backend's options (see its ``Config``).
     Returns:
         a :class:`inference.Posterior`.
+    Raises:
+        ValueError: bad options or data; a DataLoader given to a backend that needs the full
+            data set as tensors (the message lists those that accept one), or with ``y`` or
+            ``batch_size``; an unknown or unavailable ``device``; a network whose forward
+            does not return one ``[n, O]`` tensor (checked on the first rows, before fitting).
     """
     engine = get_backend(backend)
+    if device is not None:
+        bnn.to(resolve_device(device))
+    if isinstance(x, DataLoader):
+        if not engine.accepts_loader:
+            raise ValueError(
+                f"backend {backend!r} needs the full training set as tensors, fit(bnn, x, y, ...); a DataLoader "
+                f"is accepted by the minibatch backends: {', '.join(loader_backends())}"
+            )
+        if y is not None:
+            raise ValueError("a DataLoader yields the (x, y) batches itself: call fit(bnn, loader, ...) without y")
+        if "batch_size" in options:
+            raise ValueError("the DataLoader sets the batches: drop batch_size= (give it to the DataLoader instead)")
+        config = parse_config(engine, options)
+        batches = check_loader(bnn, x)
+        check = batches.check
+        batches.check = lambda xb, yb: _placed(bnn, *check(xb, yb), yb)
+        first_x, first_y = x.collate_fn([x.dataset[0]])  # a one-row batch, checked before fitting
+        bnn.check_forward(_placed(bnn, *check(first_x, first_y), first_y)[0])
+        return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
-    x, y = check_training_data(bnn, x, y)
+    x, y = _placed(bnn, *check_training_data(bnn, x, y), y)
+    bnn.check_forward(x)
     return engine.run(bnn, x, y, config, int(seed), bool(progress))

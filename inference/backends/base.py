@@ -3,9 +3,12 @@
 A backend is an object with a ``name``, a ``Config`` dataclass of its options and
 ``run(bnn, x, y, config, seed, progress) -> Posterior``.  :func:`inference.fit` parses
 options into the config (unknown options → a ``ValueError`` listing the valid ones),
-validates the data, and dispatches through the ``BACKENDS`` registry.  A run that meets a
-NaN/inf stops with :class:`~inference.training.NonFiniteLossError`; ``minibatches`` gives the
-shuffled epochs (both from :mod:`inference.training`, re-exported for the sampling backends).
+validates the data, and dispatches through the ``BACKENDS`` registry.  A backend whose
+``accepts_loader`` is true also takes a ``DataLoader``'s batches: ``run`` then gets a
+:class:`~inference.batches.LoaderBatches` as ``x`` and ``y=None`` (:func:`check_loader`).
+A run that meets a NaN/inf stops with :class:`~inference.training.NonFiniteLossError`;
+``minibatches`` gives the shuffled epochs (from :mod:`inference.batches`, re-exported for
+the sampling backends).
 """
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ import torch
 
 from zoo.data import check_finite_array
 
-from ..training import NonFiniteLossError, minibatches
+from ..batches import LoaderBatches, minibatches
+from ..training import LoopOptions, NonFiniteLossError
 
-__all__ = ["Backend", "NonFiniteLossError", "parse_config", "check_training_data", "minibatches"]
+__all__ = ["Backend", "NonFiniteLossError", "parse_config", "check_training_data", "check_loader", "minibatches"]
 
 
 class Backend:
@@ -27,6 +31,14 @@ class Backend:
 
     name: str = ""
     Config: type = object
+
+    @property
+    def accepts_loader(self) -> bool:
+        """Whether ``run`` takes a DataLoader's batches: the backends trained by the one training loop
+        (:func:`inference.training.fit_guide`, options :class:`~inference.training.LoopOptions`).
+        A backend with another minibatch loop that reads :class:`~inference.batches.LoaderBatches`
+        sets ``accepts_loader = True``."""
+        return isinstance(self.Config, type) and issubclass(self.Config, LoopOptions)
 
     def run(self, bnn, x, y, config, seed: int, progress: bool):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -102,6 +114,9 @@ def parse_config(backend: Backend, options: dict):
 
 def check_training_data(bnn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate training tensors against the model; return them with canonical dtypes/shapes."""
+    if y is None and isinstance(x, torch.Tensor):
+        raise ValueError("y is missing: pass the targets, fit(bnn, x, y, ...), or a DataLoader of (x, y) batches "
+                         "as fit(bnn, loader, ...)")
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise ValueError(f"x and y must be torch tensors, got {type(x).__name__} and {type(y).__name__}")
     check_finite_array(x, "x")
@@ -122,3 +137,19 @@ def check_training_data(bnn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Te
                 f"outputs; got labels in [{int(y.min())}, {int(y.max())}]"
             )
     return x, y
+
+
+def check_loader(bnn, loader) -> LoaderBatches:
+    """A ``DataLoader`` of ``(x, y)`` batches as :class:`~inference.batches.LoaderBatches`.
+
+    The dataset must be map-style (``len(loader.dataset)`` is N, for the N/n likelihood scaling);
+    every batch is checked with :func:`check_training_data` as it is drawn.
+    """
+    try:
+        num_data, num_batches = len(loader.dataset), len(loader)
+    except TypeError:
+        raise ValueError("the DataLoader's dataset has no len(): a DataLoader passed to fit needs a map-style "
+                         "dataset (e.g. a TensorDataset) so that the data size N is known") from None
+    if num_data == 0 or num_batches == 0:
+        raise ValueError("the DataLoader yields no batches (empty dataset)")
+    return LoaderBatches(loader, lambda xb, yb: check_training_data(bnn, xb, yb))

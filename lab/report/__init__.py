@@ -12,7 +12,9 @@ A section that does not apply to a run says so in one line.
 
 In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`, and
 :func:`render_section` for one section (e.g. inline in a notebook); each takes a run folder,
-a :class:`Run` or a ``RunResult``.
+a :class:`Run` or a ``RunResult``, and :func:`write_report` / :func:`render_run` /
+:func:`render_section` also a fitted posterior with its data, straight from a notebook
+(``write_report(posterior, "report.html", data=dataset)``; no CLI run directory needed).
 """
 from __future__ import annotations
 
@@ -55,33 +57,37 @@ def _section(title: str, builder: Callable, *args) -> Section:
         return Section(title, note(f"This section failed: {type(err).__name__}: {err}", "error"))
 
 
-def render_run(run) -> str:
-    """The HTML page of one run (a run folder, a :class:`Run` or a ``RunResult``)."""
-    run = as_run(run)
+def render_run(run, data=None, seed: int = 0) -> str:
+    """The HTML page of one run: a run folder, a :class:`Run`, a ``RunResult``, or a fitted
+    ``Posterior`` with its ``data`` (a :class:`~zoo.data.Dataset`; test set predicted with ``seed``)."""
+    run = as_run(run, data, seed)
     built = [_section(title, builder, run) for title, builder in RUN_SECTIONS]
     return page(f"Posterior diagnostics: {run.name}", f"{run.title()} — {run.directory or 'in memory'}", built)
 
 
-def render_section(run, title: str) -> str:
+def render_section(run, title: str, data=None, seed: int = 0) -> str:
     """One section of a run's report as HTML, e.g. for ``IPython.display.HTML`` in a notebook.
 
     Args:
-        run: a run folder, a :class:`Run` or a ``RunResult``.
+        run: a run folder, a :class:`Run`, a ``RunResult``, or a fitted ``Posterior`` (with ``data``).
         title: the section's title or its start, case-insensitive (``"sampler"``, ``"LOO"``).
+        data, seed: for a ``Posterior``: its :class:`~zoo.data.Dataset` and the prediction seed.
     """
     matches = [(t, b) for t, b in RUN_SECTIONS if t.lower().startswith(title.lower())]
     if not matches:
         raise ValueError(f"no report section starts with {title!r}; sections: {', '.join(t for t, _ in RUN_SECTIONS)}")
-    return _section(*matches[0], as_run(run)).render()
+    return _section(*matches[0], as_run(run, data, seed)).render()
 
 
-def write_report(run, out=None) -> Path:
+def write_report(run, out=None, *, data=None, seed: int = 0) -> Path:
     """Write ``out`` (default ``RUN_DIR/report.html``) for one run; returns its path.
 
-    ``run`` is a run folder, a :class:`Run` or a ``RunResult``; one that was never written to a
-    folder needs ``out``.
+    ``run`` is a run folder, a :class:`Run`, a ``RunResult``, or a fitted ``Posterior`` with
+    ``data=`` its :class:`~zoo.data.Dataset` (the test set is predicted once with ``seed``, as a
+    run does: ``write_report(posterior, "report.html", data=dataset)``); one that was never
+    written to a folder needs ``out``.
     """
-    run = as_run(run)
+    run = as_run(run, data, seed)
     if out is None:
         if run.directory is None:
             raise ValueError(f"run {run.name!r} is in memory only; pass out=... to say where its report goes")

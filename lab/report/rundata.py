@@ -1,6 +1,7 @@
 """A run opened for reporting: its files, or the in-memory result of :func:`lab.runs.execute`.
 
-A report reads what the run stored and never predicts again or re-creates the data:
+A report reads what the run stored and never predicts again or re-creates the data (a report
+of a posterior and its data in memory, :meth:`Run.from_posterior`, predicts once, as a run does):
 
 * ``metrics.json``, ``config.json`` — test metrics, spec, backend options, data summary;
 * ``posterior.nc`` — test-set InferenceData whose ``predictions`` group holds the run's own
@@ -11,7 +12,8 @@ A report reads what the run stored and never predicts again or re-creates the da
 
 :func:`open_run` refuses a folder that is not a complete run (no ``COMPLETE`` marker, or a
 file changed since it was written); :meth:`Run.from_result` wraps an in-memory
-:class:`~lab.runs.RunResult` without touching files.  A section that needs something the run
+:class:`~lab.runs.RunResult` without touching files, and :meth:`Run.from_posterior` builds the
+same in-memory run from a fitted posterior and its :class:`~zoo.data.Dataset`.  A section that needs something the run
 lacks raises :class:`NotApplicable`, which the report renders as a one-line remark.
 """
 from __future__ import annotations
@@ -20,9 +22,14 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from inference.arviz_export import load_netcdf
-from inference.posterior import load_posterior, to_jsonable
-from lab.runs import RunResult
+from zoo.data import Dataset
+
+from inference.arviz_export import load_netcdf, loo_subset
+from inference.diagnostics import convergence_metrics
+from inference.metrics import evaluate
+from inference.net_spec import describe_spec, net_spec
+from inference.posterior import Posterior, load_posterior, to_jsonable
+from lab.runs import _MAX_EXPORTED_WEIGHTS, RunResult
 from lab.store import StoreError, verify_run
 
 __all__ = ["Run", "NotApplicable", "open_run", "as_run", "REQUIRED_FILES"]
@@ -86,6 +93,44 @@ class Run:
         return cls(name, metrics, to_jsonable(result.config), result.idata, result.train_idata, result.posterior,
                    info=to_jsonable(result.posterior.info),
                    directory=result.directory)
+
+    @classmethod
+    def from_posterior(cls, posterior: Posterior, data: Dataset, seed: int = 0, name: Optional[str] = None) -> "Run":
+        """The run of a fitted ``posterior`` on ``data``, in memory: what :func:`lab.runs.execute` builds.
+
+        Predicts the test set once (``seed``), evaluates it, exports the test-set and LOO
+        training-subset InferenceData and records the posterior's identity; ``data`` must be
+        the :class:`~zoo.data.Dataset` the posterior was fitted on (its standardisation).
+        """
+        if not isinstance(posterior, Posterior):
+            raise ValueError(f"expected a fitted Posterior, got {type(posterior).__name__}")
+        if not isinstance(data, Dataset):
+            raise ValueError(f"a report of a posterior needs its zoo.data.Dataset (train and test splits), got "
+                             f"{type(data).__name__}")
+        bnn, info = posterior.bnn, posterior.info
+        if bnn.likelihood.task != data.task:
+            raise ValueError(f"the posterior is for {bnn.likelihood.task} but the data {data.name!r} are {data.task}")
+        regression = data.task == "regression"
+        y_test = data.y_test_original() if regression else data.y_test
+        prediction = posterior.predict(data.x_test, y=y_test, seed=seed)
+        metrics = evaluate(prediction, y_test)
+        idata = posterior.to_arviz(data.x_test, y_test, seed=seed, include_weights=bnn.num_random <= _MAX_EXPORTED_WEIGHTS,
+                                   prediction=prediction)
+        index = loo_subset(data.n_train, seed=seed)
+        y_train = data.y_train_original() if regression else data.y_train
+        train_idata = posterior.to_arviz(data.x_train[index], y_train[index], seed=seed, include_weights=False)
+        metrics.update(convergence_metrics(idata))
+        backend = str(info.get("backend", "?"))
+        metrics.update(n_train=data.n_train, n_test=data.n_test, num_random=bnn.num_random, backend=backend,
+                       model=describe_spec(net_spec(bnn.net)), data=data.name, seed=info.get("seed", seed), task=data.task)
+        if "fit_seconds" in info:
+            metrics["fit_seconds"] = info["fit_seconds"]
+        config = {"spec": {}, "backend_options": info.get("config") or {}, "data": data.summary(),
+                  "prune": info.get("pruning")}
+        if name is None:
+            name = "-".join(str(metrics[k]) for k in ("data", "model", "backend")) + f"-seed{metrics['seed']}"
+        return cls(name, to_jsonable(metrics), to_jsonable(config), idata, train_idata, posterior,
+                   info=to_jsonable(info))
 
     def _part(self, key: str, missing: str):
         value = self._parts[key]
@@ -155,8 +200,16 @@ def open_run(directory) -> Run:
     return Run.from_directory(directory)
 
 
-def as_run(run) -> Run:
-    """``run`` as a :class:`Run`: a Run, a :class:`~lab.runs.RunResult`, or a run folder."""
+def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> Run:
+    """``run`` as a :class:`Run`: a Run, a :class:`~lab.runs.RunResult`, a run folder, or a fitted
+    :class:`~inference.posterior.Posterior` with its ``data`` (:meth:`Run.from_posterior`, ``seed``)."""
+    if isinstance(run, Posterior):
+        if data is None:
+            raise ValueError("a report of a posterior needs the data it was fitted on: pass data=dataset "
+                             "(a zoo.data.Dataset), e.g. write_report(posterior, 'report.html', data=dataset)")
+        return Run.from_posterior(run, data, seed=seed)
+    if data is not None:
+        raise ValueError(f"data= is for a report of a Posterior; a {type(run).__name__} holds its own data")
     if isinstance(run, Run):
         return run
     if isinstance(run, RunResult):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence, Union
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._common import activation_by_name, positive_int
@@ -24,6 +25,9 @@ class MLP(nn.Module):
         hidden: widths of the hidden layers (``()`` gives a linear model with only ``out``);
             an int means one hidden layer.
         activation: one of :data:`ACTIVATIONS` (``relu, tanh, sigmoid, gelu, elu, silu``).
+        dropout: dropout rate p ∈ [0, 1) on the inputs of every linear layer (``fc1`` ...
+            ``out``), active in training mode (Srivastava et al. 2014); 0 (default) adds none.
+            The ``mc-dropout`` backend takes it as its default rate and applies dropout itself.
 
     Shapes:
         input ``[B, D]`` (inputs with more dims after the batch dim, e.g. images
@@ -36,8 +40,12 @@ class MLP(nn.Module):
         output_dim: int,
         hidden: Union[int, Sequence[int]] = (50,),
         activation: str = "relu",
+        dropout: float = 0.0,
     ):
         super().__init__()
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout rate must be a number in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
         input_dim = positive_int(input_dim, "input_dim")
         output_dim = positive_int(output_dim, "output_dim")
         hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
@@ -56,11 +64,14 @@ class MLP(nn.Module):
         if x.dim() > 2:
             x = x.flatten(1)
         for i in range(1, len(self.hidden) + 1):
-            x = self._act(getattr(self, f"fc{i}")(x))
-        return self.out(x)
+            x = self._act(getattr(self, f"fc{i}")(self._drop(x)))
+        return self.out(self._drop(x))
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, self.dropout, self.training) if self.dropout else x
 
     def extra_repr(self) -> str:
-        return f"activation={self.activation!r}"
+        return f"activation={self.activation!r}" + (f", dropout={self.dropout}" if self.dropout else "")
 
 
 class LeNet300100(MLP):
@@ -74,5 +85,5 @@ class LeNet300100(MLP):
     output ``[B, output_dim]`` logits.
     """
 
-    def __init__(self, input_dim: int = 784, output_dim: int = 10, activation: str = "relu"):
-        super().__init__(input_dim, output_dim, hidden=(300, 100), activation=activation)
+    def __init__(self, input_dim: int = 784, output_dim: int = 10, activation: str = "relu", dropout: float = 0.0):
+        super().__init__(input_dim, output_dim, hidden=(300, 100), activation=activation, dropout=dropout)

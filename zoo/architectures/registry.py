@@ -123,7 +123,7 @@ def build_architecture(
             ``lenet300100`` only accepts ``(300, 100)``; ``cnn`` accepts none.
         activation: ``mlp`` / ``lenet300100`` only (default ``"relu"``).
         **kw: passed to the class (e.g. ``vocab_size=``, ``d_model=``, ``unrolled=``,
-            ``image_size=``).
+            ``image_size=``; ``mlp`` / ``lenet300100``: ``dropout=`` rate in [0, 1), default 0).
 
     Raises:
         ValueError: unknown name (listing the valid ones) or an option the architecture

@@ -1,0 +1,160 @@
+"""The ``ensemble`` backend: deep ensembles (Lakshminarayanan, Pritzel & Blundell 2017).
+
+``num_members`` K independently initialised MAP fits (:func:`inference.backends.map.fit_map`,
+the prior as weight decay and the noise precision learned per member), each with its own
+minibatch order.  Member k's seed is ``seed + k``; member 0 starts from the network's own
+weights (so it is exactly the ``map`` fit of the same seed), members k ≥ 1 from a fresh
+initialisation of every random site (each layer's ``reset_parameters`` under the member's
+seed; fixed entries of partially random parameters keep their values).
+
+The posterior is a :class:`~inference.posterior.SamplePosterior` of K chains × 1 draw, one
+chain per member, so it predicts by the equally weighted mixture of the members (the
+ensemble's Bayesian model average) and the ArviZ export has the members as chains.
+Deterministic parameters, which one network shares across draws, are fitted jointly by
+member 0 and held at its values while members 1..K−1 fit their random sites (as the
+SG-MCMC chains start from one MAP fit); with every parameter random, or the deterministic
+ones frozen, all members are independent.
+
+``info["member_histories"]`` holds each member's per-epoch history (``info["history"]`` is
+member 0's).  ``workers`` > 1 fits the members in that many local worker processes (one
+torch thread each; they die with the parent process); Ray is not used.  The optional
+Gaussian mean-variance head of Lakshminarayanan et al. 2017 is not offered: the noise is
+homoscedastic, learned per member.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import copy
+import ctypes
+import ctypes.util
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..posterior import SamplePosterior
+from ..potential import frozen_deterministic
+from .base import Backend, NonFiniteLossError
+from .map import MAPConfig, MAPFit, fit_map, run_info, stack_members
+
+__all__ = ["EnsembleConfig", "EnsembleBackend", "member_initial_values"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class EnsembleConfig(MAPConfig):
+    """:class:`~inference.backends.map.MAPConfig` plus ``num_members`` K (default 5, as in
+    Lakshminarayanan et al. 2017) and ``workers``, the local processes fitting members in
+    parallel (1: one after another in this process)."""
+
+    num_members: int = 5
+    workers: int = 1
+
+    def validate(self):
+        super().validate()
+        if int(self.num_members) < 1:
+            raise ValueError(f"num_members (K) must be at least 1, got {self.num_members}")
+        if int(self.workers) < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+
+
+def member_initial_values(bnn, seed: int) -> dict:
+    """Fresh site values ``{site: site-shaped}``: every layer's ``reset_parameters`` under ``seed``.
+
+    Raises:
+        ValueError: a random site whose layer has no ``reset_parameters`` (it cannot be re-initialised).
+    """
+    net = copy.deepcopy(bnn.net)
+    reset = set()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for prefix, module in net.named_modules():
+            if callable(getattr(module, "reset_parameters", None)):
+                module.reset_parameters()
+                reset.update(f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters(recurse=False))
+    missing = [s.name for s in bnn.sites if s.name not in reset]
+    if missing:
+        raise ValueError(f"cannot re-initialise ensemble members: the layers of {', '.join(missing)} have no "
+                         f"reset_parameters(); use num_members=1 or make those parameters deterministic")
+    params = dict(net.named_parameters())
+    return {s.name: s.from_param(params[s.name].detach()).clone() for s in bnn.sites}
+
+
+def _init_worker(parent: int) -> None:
+    """Worker start: one torch thread; on Linux, die (``SIGKILL``) when the parent process dies."""
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the parent stops us
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+
+def _fit_member(bnn, x, y, config: EnsembleConfig, seed: int, member: int,
+                progress: bool) -> tuple[MAPFit, Optional[int]]:
+    """Member ``member``'s MAP fit and the step at which it met a NaN/inf (``None`` if it finished).
+
+    Members after the first hold the deterministic parameters at the network's values.
+    """
+    init = None if member == 0 else member_initial_values(bnn, seed + member)
+    context = (lambda: frozen_deterministic(bnn)) if member else contextlib.nullcontext
+    desc = f"ensemble member {member + 1}/{config.num_members}"
+    try:
+        return fit_map(bnn, x, y, config, seed + member, progress, init_values=init, training_context=context,
+                       desc=desc), None
+    except NonFiniteLossError as error:  # its last finite point travels back (the exception does not pickle)
+        return error.posterior, error.step
+
+
+def _fit_in_workers(bnn, x, y, config: EnsembleConfig, seed: int, members: list[int]) -> list:
+    """:func:`_fit_member` of ``members`` in ``config.workers`` local processes, in member order."""
+    pool = cf.ProcessPoolExecutor(min(config.workers, len(members)), mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_init_worker, initargs=(os.getpid(),))
+    try:
+        futures = [pool.submit(_fit_member, bnn, x, y, config, seed, k, False) for k in members]
+        results = [f.result() for f in futures]
+    except BaseException:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.kill()
+        raise
+    pool.shutdown()
+    return results
+
+
+class EnsembleBackend(Backend):
+    """Deep ensembles: K MAP fits, one chain each (see the module docstring)."""
+
+    name = "ensemble"
+    Config = EnsembleConfig
+
+    def run(self, bnn, x, y, config: EnsembleConfig, seed: int, progress: bool) -> SamplePosterior:
+        started = time.perf_counter()
+        members = list(range(config.num_members))
+        results = []
+        if bnn.deterministic_parameters() or config.workers == 1:  # member 0 fits the shared parameters first
+            results.append(_fit_member(bnn, x, y, config, seed, 0, progress))
+            members = members[1:]
+        if config.workers > 1 and members:
+            results += _fit_in_workers(bnn, x, y, config, seed, members)
+        else:
+            results += [_fit_member(bnn, x, y, config, seed, k, progress) for k in members]
+        fits = [fit for fit, _ in results]
+        info = run_info(self.name, config, seed, x.shape[0], started, num_chains=config.num_members,
+                        member_seeds=[seed + k for k in range(config.num_members)],
+                        history=fits[0].history, member_histories=[fit.history for fit in fits])
+        posterior = SamplePosterior(bnn, stack_members(fits), info=info)
+        stopped = [(k, step) for k, (_, step) in enumerate(results) if step is not None]
+        if stopped:
+            member, step = stopped[0]
+            raise NonFiniteLossError(step, f"the loss or gradient of ensemble member {member}", posterior)
+        return posterior

@@ -1,0 +1,167 @@
+"""The ``map`` backend and the MAP optimisation shared by ``ensemble`` and ``mc-dropout``.
+
+MAP (maximum a posteriori) training of the random sites w_s and the likelihood latents θ
+(e.g. the noise precision τ), deterministic parameters w_d trained jointly as point
+estimates unless the model froze them:
+
+    (ŵ_s, θ̂, ŵ_d) = argmax  log p(w_s) + log p(θ) + Σ_n log p(y_n | x_n, w_s, w_d, θ)
+
+so a Normal(0, σ) weight prior is weight decay 1/(2σ²)·‖w‖² and the noise is learned,
+not fixed.  Per minibatch of n out of N the loss is −(N/n) Σ_batch log p(y|x, w, θ) −
+log p(w_s, θ), minimised by the one training loop :func:`inference.training.run_training_loop`
+(Adam, learning-rate schedule, gradient clipping, NaN/inf stop, progress bar) with a
+single particle and no KL annealing; the per-epoch history holds the scaled
+log-likelihood as ``expected_log_likelihood`` and the penalty −log p(w_s, θ) as ``kl``.
+Constrained latents are optimised in unconstrained coordinates (``biject_to`` of the
+prior's support) without a Jacobian term, so the optimum is the MAP of the constrained
+density.
+
+The result is a point mass: a :class:`~inference.posterior.SamplePosterior` with one chain
+of one draw, so prediction, metrics (with the learned noise), ArviZ export and save/load
+are those of every sampler.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Callable, Optional
+
+import pyro
+import torch
+from torch.distributions import biject_to
+
+from ..batches import TensorBatches
+from ..posterior import SamplePosterior
+from ..potential import Potential
+from ..training import HISTORY_KEYS, LoopOptions, NonFiniteLossError, run_training_loop
+from .base import Backend
+
+__all__ = ["MAPConfig", "MAPBackend", "MAPFit", "fit_map", "stack_members", "run_info"]
+
+
+@dataclass
+class MAPConfig:
+    """Options of a MAP fit (the loop options of :class:`~inference.training.LoopOptions` that apply).
+
+    Attributes:
+        epochs: passes over the training data.
+        batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
+        lr: initial Adam learning rate.
+        lr_schedule: ``constant``, ``cosine`` (to ``lr · lr_final_factor``) or ``step``.
+        lr_final_factor, lr_step_fraction: the schedule's final factor and step position.
+        optimizer: ``adam`` or ``clipped-adam`` (gradient norm clipped at ``clip_norm``).
+    """
+
+    epochs: int = 200
+    batch_size: Optional[int] = 64
+    lr: float = 1e-2
+    lr_schedule: str = "cosine"
+    lr_final_factor: float = 0.1
+    lr_step_fraction: float = 0.25
+    optimizer: str = "adam"
+    clip_norm: float = 10.0
+
+    def validate(self):
+        self.loop_options().validate()
+
+    def loop_options(self) -> LoopOptions:
+        """The :class:`LoopOptions` of these settings (one particle, no KL annealing)."""
+        return LoopOptions(**{f.name: getattr(self, f.name) for f in fields(MAPConfig)})
+
+
+@dataclass
+class MAPFit:
+    """One MAP fit: ``values`` ``{site: site-shaped tensor}`` (constrained) and the per-epoch
+    ``history`` (the deterministic parameters are fitted in place, in the network)."""
+
+    values: dict
+    history: dict
+
+
+def fit_map(
+    bnn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: MAPConfig,
+    seed: int,
+    progress: bool,
+    init_values: Optional[dict] = None,
+    prior_weights: Optional[dict] = None,
+    training_context: Callable = contextlib.nullcontext,
+    desc: str = "map",
+) -> MAPFit:
+    """Maximise ``log p(w_s, θ) + Σ log p(y | x, w_s, w_d, θ)``; returns the :class:`MAPFit`.
+
+    Args:
+        bnn, x, y: the model and validated training data (standardised targets).
+        config: the :class:`MAPConfig`.
+        seed: seeds the minibatch order and any randomness in the training forward pass.
+        progress: show a tqdm bar.
+        init_values: starting site values (default: the network's weights, the latents' prior medians).
+        prior_weights: ``{site: c}`` multiplies site ``s``'s log prior by ``c`` (default 1);
+            MC dropout's keep probability (Gal & Ghahramani 2016).
+        training_context: a context manager active during the optimisation (e.g. dropout hooks).
+        desc: progress-bar label.
+    Raises:
+        NonFiniteLossError: a NaN/inf loss or gradient; ``.posterior`` holds the last finite point.
+    """
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    potential = Potential(bnn, x, y)  # site layout, priors and the latents' starting values
+    start = {**bnn.initial_values(), **potential.latent_init(), **(init_values or {})}
+    transforms = {name: biject_to(potential.priors[name].support) for name in bnn.site_names}
+    raw = {name: transforms[name].inv(start[name]).detach().clone().requires_grad_(True) for name in bnn.site_names}
+    weights = {name: float((prior_weights or {}).get(name, 1.0)) for name in bnn.site_names}
+    num_data = x.shape[0]
+    history = {key: [] for key in HISTORY_KEYS}
+
+    def values() -> dict:
+        return {name: transforms[name](raw[name]) for name in bnn.site_names}
+
+    def particle(xb, yb):
+        current = values()
+        f = bnn.forward_single({s.name: current[s.name] for s in bnn.sites}, xb)
+        log_lik = bnn.likelihood.log_prob(f.unsqueeze(0), yb, bnn.latents_of(current)).sum()
+        log_prior = sum(weights[n] * potential.priors[n].log_prob(v) for n, v in current.items())
+        return (num_data / xb.shape[0]) * log_lik, -log_prior
+
+    def result() -> MAPFit:
+        with torch.no_grad():
+            return MAPFit({name: v.detach().clone() for name, v in values().items()}, history)
+
+    with pyro.validation_enabled(False), training_context():
+        params = list(raw.values()) + bnn.deterministic_parameters()
+        run_training_loop(particle, params, TensorBatches(x, y, config.batch_size), config.loop_options(), generator,
+                          history, result, desc, progress)
+    return result()
+
+
+def stack_members(fits: list[MAPFit]) -> dict:
+    """Draws ``{site: [K, 1, *shape]}`` of ``K`` fits (one chain per member, one draw each)."""
+    return {name: torch.stack([f.values[name] for f in fits]).unsqueeze(1) for name in fits[0].values}
+
+
+def run_info(backend: str, config, seed: int, num_data: int, started: float, **extra) -> dict:
+    """The ``posterior.info`` record of a MAP-family fit."""
+    return {"backend": backend, "config": asdict(config), "seed": seed, "num_data": num_data,
+            "fit_seconds": time.perf_counter() - started, **extra}
+
+
+class MAPBackend(Backend):
+    """MAP training; the posterior is the point mass at the optimum (1 chain × 1 draw)."""
+
+    name = "map"
+    Config = MAPConfig
+
+    def run(self, bnn, x, y, config: MAPConfig, seed: int, progress: bool) -> SamplePosterior:
+        started = time.perf_counter()
+        try:
+            fit = fit_map(bnn, x, y, config, seed, progress, desc=f"map ({bnn.num_random} random)")
+        except NonFiniteLossError as error:
+            last = error.posterior
+            error.posterior = SamplePosterior(bnn, stack_members([last]), info=run_info(
+                self.name, config, seed, x.shape[0], started, history=last.history))
+            raise
+        return SamplePosterior(bnn, stack_members([fit]), info=run_info(
+            self.name, config, seed, x.shape[0], started, history=fit.history))

@@ -1,0 +1,303 @@
+"""SGLD, pSGLD and SGHMC as Pyro MCMC kernels for any Pyro model.
+
+``pyro.infer.MCMC(SGLD(model, step_size=1e-3), num_samples=2000, warmup_steps=500).run(x, y)``
+samples the model's continuous latent sites with the update rules of
+:mod:`inference.mcmc.sgmcmc` (one chain, ``C = 1``):
+
+* :class:`SGLD` — Welling & Teh 2011, eq. 4: z ← z + (ε_t/2) g + √ε_t ξ.
+* :class:`PSGLD` — Li et al. 2016, Alg. 1 (RMSprop preconditioner, Γ(θ) omitted).
+* :class:`SGHMC` — Chen et al. 2014, eq. 15 with M = I and β̂ = 0.
+
+The kernels follow Pyro's kernel API as :class:`pyro.infer.mcmc.HMC` does: ``setup`` finds a
+starting point with a Pyro init strategy, ``sample(params)`` returns the next dict of
+*unconstrained* values and ``transforms`` maps each site to its unconstrained space
+(``biject_to(support).inv``), which :class:`pyro.infer.MCMC` inverts on its draws.
+
+**The gradient estimate.**  g = ∇_z log π̃(z) on the unconstrained space, from one trace of the
+model conditioned on the constrained values x = T⁻¹(z):
+
+    log π̃(z) = Σ_sites scale · log p(site) − Σ_latents log|det ∂T/∂x|,
+
+i.e. ``Trace.log_prob_sum()`` (which applies each site's scale) plus the log-Jacobian of
+x = T⁻¹(z).  Each trace re-runs the model, so a ``pyro.plate("data", N, subsample_size=n)``
+draws a fresh minibatch per step and its scale N/n makes the likelihood term an unbiased
+estimate of the full-data one; the model decides — without a subsampled plate the kernels
+take full-batch steps.  (:func:`pyro.infer.mcmc.util.initialize_model`, which HMC uses, is
+not used: it rejects subsampled plates.)
+
+Randomness (initial point, minibatches, injected noise) comes from torch's global generator,
+so ``pyro.set_rng_seed`` seeds a run, and the chains of ``MCMC(num_chains=C)`` — which Pyro
+runs in worker processes seeded ``seed + chain`` or one after another — differ.  A NaN/inf
+log density or gradient raises ``RuntimeError`` (the step size is too large for the model).
+"""
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections import OrderedDict
+from functools import partial
+from typing import Callable, Optional, Union
+
+import pyro.poutine as poutine
+import torch
+from pyro.infer.autoguide.initialization import (
+    InitMessenger, init_to_feasible, init_to_mean, init_to_median, init_to_sample, init_to_uniform,
+)  # fmt: skip
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
+from pyro.poutine.subsample_messenger import _Subsample
+from torch.distributions import biject_to
+
+from .mcmc.sgmcmc import Kernel, StepSize, as_schedule, psgld, sghmc, sgld
+
+__all__ = ["SGLD", "PSGLD", "SGHMC", "INIT_STRATEGIES"]
+
+#: ``init_strategy`` names and the Pyro init strategies they stand for
+INIT_STRATEGIES = {
+    "uniform": init_to_uniform, "median": init_to_median, "mean": init_to_mean,
+    "feasible": init_to_feasible, "sample": init_to_sample,
+}  # fmt: skip
+_MAX_INIT_TRIES = 100  # as pyro.infer.mcmc.util._find_valid_initial_params
+
+
+def _positive(name: str, value, upper: Optional[float] = None, closed: bool = False) -> float:
+    """``value`` as a float in (0, ∞), or (0, upper) / (0, upper] when ``upper`` is given."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = math.nan
+    top_ok = upper is None or x < upper or (closed and x == upper)
+    if not (math.isfinite(x) and x > 0 and top_ok):
+        interval = "(0, ∞)" if upper is None else f"(0, {upper}{']' if closed else ')'}"
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+    return x
+
+
+def _constant(value: float, t: int) -> float:
+    return value
+
+
+def _is_data_site(site) -> bool:
+    """An observed sample site other than a ``pyro.deterministic`` record."""
+    return site["type"] == "sample" and site["is_observed"] and not site["infer"].get("_deterministic")
+
+
+def _is_latent_site(site) -> bool:
+    return site["type"] == "sample" and not site["is_observed"] and not isinstance(site["fn"], _Subsample)
+
+
+def _finite(state) -> bool:
+    """Whether the log density and the gradient are finite (a NaN/inf makes their sum non-finite)."""
+    return bool(torch.isfinite(state.log_density.sum() + state.grad.sum()))
+
+
+class _StochasticGradientKernel(MCMCKernel):
+    """The Pyro side shared by the three kernels; subclasses give ``_build(value_and_grad)``."""
+
+    def __init__(self, model: Callable, step_size: StepSize, init_strategy: Union[str, Callable] = "uniform"):
+        if not callable(model):
+            raise ValueError(f"model must be a callable Pyro model, got {model!r}")
+        self.model = model
+        as_schedule(step_size)  # ValueError naming step_size for a bad constant
+        # a module-level partial, not as_schedule's lambda: Pyro pickles kernels for "spawn" workers
+        self._schedule = step_size if callable(step_size) else partial(_constant, float(step_size))
+        _positive("step_size", self._schedule(0))  # a schedule must start positive too
+        if isinstance(init_strategy, str):
+            if init_strategy not in INIT_STRATEGIES:
+                raise ValueError(f"unknown init_strategy {init_strategy!r}; valid: {', '.join(INIT_STRATEGIES)}")
+            init_strategy = INIT_STRATEGIES[init_strategy]
+        self._init_strategy = init_strategy
+        self.transforms: Optional[dict] = None  # site -> constrained-to-unconstrained transform, set by setup
+        self._initial_params: Optional[dict] = None
+        self._reset()
+
+    @abstractmethod
+    def _build(self, value_and_grad) -> Kernel:
+        """The :mod:`inference.mcmc.sgmcmc` kernel over ``value_and_grad`` (one chain)."""
+
+    def _reset(self) -> None:
+        self._state = None
+        self._kernel: Optional[Kernel] = None
+
+    # ------------------------------------------------------------------ Pyro kernel API
+    @property
+    def initial_params(self) -> Optional[dict]:
+        """Unconstrained starting values by site (set by ``setup``, or by the user before it)."""
+        return self._initial_params
+
+    @initial_params.setter
+    def initial_params(self, params: Optional[dict]) -> None:
+        self._initial_params = params
+
+    @property
+    def step_size(self) -> float:
+        """ε_t of the next step (the schedule at the number of steps taken)."""
+        return self._schedule(self._state.step if self._state is not None else 0)
+
+    def setup(self, warmup_steps: int, *args, **kwargs) -> None:
+        """Trace the model on ``(*args, **kwargs)``, find its latent sites and a finite start.
+
+        ``warmup_steps`` is not used: nothing is adapted, and :class:`pyro.infer.MCMC` drops the
+        warm-up draws itself."""
+        self._args, self._kwargs = args, kwargs
+        trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
+        self._read_structure(trace)
+        self._kernel = self._build(self._value_and_grad)
+        if self._initial_params is not None:
+            self._check_names(self._initial_params)
+            self._start(self._pack(self._initial_params), "the given initial_params")
+            return
+        for _ in range(_MAX_INIT_TRIES):
+            z = self._pack({n: self.transforms[n](trace.nodes[n]["value"].detach()) for n in self._names})
+            if self._start(z, None):
+                self._initial_params = self._unpack(z[0])
+                return
+            trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
+        raise ValueError(f"no finite log density at {_MAX_INIT_TRIES} initial points from init_strategy")
+
+    def sample(self, params: dict) -> dict:
+        """One step from the current state (``params`` starts it when there is none yet)."""
+        if self._state is None:
+            self._start(self._pack(params), "params")
+        self._state = self._kernel.update(self._state, torch.default_generator)
+        if not _finite(self._state):
+            raise RuntimeError(
+                f"{type(self).__name__}: the log density or its gradient became non-finite at step "
+                f"{self._state.step} (step size {self._last_step_size():.3g}); use a smaller step_size"
+            )
+        return self._unpack(self._state.z[0])
+
+    def logging(self) -> OrderedDict:
+        lp = float(self._state.log_density[0]) if self._state is not None else math.nan
+        return OrderedDict([("step size", f"{self._last_step_size():.2e}"), ("log density", f"{lp:.4g}")])
+
+    def diagnostics(self) -> dict:
+        """``divergences`` (always empty: there is no Metropolis step to diverge; a non-finite
+        state raises instead — the key is there for ``MCMC.summary`` / ``az.from_pyro``) and
+        the last ``step size``."""
+        return {"divergences": [], "step size": self._last_step_size()}
+
+    def cleanup(self) -> None:
+        self._reset()
+        self._initial_params = None  # as HMC: the next chain finds its own start
+
+    # ------------------------------------------------------------------ the log density
+    def _read_structure(self, trace) -> None:
+        """Latent site names, transforms and unconstrained shapes; the number of data N."""
+        transforms, shapes = {}, {}
+        for name, site in trace.nodes.items():
+            if not _is_latent_site(site):
+                continue
+            if site["fn"].has_enumerate_support:
+                raise ValueError(f"SG-MCMC samples continuous latents only, not the discrete sample site {name!r}")
+            transforms[name] = biject_to(site["fn"].support).inv
+            shapes[name] = transforms[name](site["value"].detach()).shape
+        if not transforms:
+            raise ValueError("the model has no latent sample sites to sample")
+        self.transforms, self._shapes = transforms, shapes
+        self._names = sorted(transforms)
+        self._num_observed = sum(
+            site["value"].numel() * float(site["scale"]) for site in trace.nodes.values() if _is_data_site(site)
+        )
+
+    def _check_names(self, params: dict) -> None:
+        unknown, missing = set(params) - set(self._names), set(self._names) - set(params)
+        if unknown or missing:
+            raise ValueError(f"initial_params: unknown sites {sorted(unknown)}, missing sites {sorted(missing)}")
+        for n in self._names:
+            if params[n].shape != self._shapes[n]:
+                shape, expected = tuple(params[n].shape), tuple(self._shapes[n])
+                raise ValueError(f"initial_params[{n!r}] has shape {shape}, expected {expected}")
+
+    def _pack(self, params: dict) -> torch.Tensor:
+        """``[1, D]`` from unconstrained values by site."""
+        return torch.cat([params[n].detach().reshape(-1) for n in self._names]).unsqueeze(0)
+
+    def _unpack(self, z: torch.Tensor) -> dict:
+        """Unconstrained values by site from ``z`` ``[D]``."""
+        sizes = [self._shapes[n].numel() for n in self._names]
+        return {n: v.reshape(self._shapes[n]) for n, v in zip(self._names, z.split(sizes))}
+
+    def potential_fn(self, params: dict) -> torch.Tensor:
+        """U = −log π̃ (a scalar) at unconstrained values by site, on one trace of the model: one
+        stochastic estimate, with a fresh minibatch where the model subsamples a plate."""
+        values = {n: self.transforms[n].inv(u) for n, u in params.items()}
+        trace = poutine.trace(poutine.condition(self.model, values)).get_trace(*self._args, **self._kwargs)
+        log_density = trace.log_prob_sum()
+        for n, u in params.items():
+            log_density = log_density - self.transforms[n].log_abs_det_jacobian(values[n], u).sum()
+        return -log_density
+
+    def _value_and_grad(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log π̃(z) ``[1]`` and its gradient ``[1, D]`` from one :meth:`potential_fn` call."""
+        with torch.enable_grad():
+            z = z.detach().requires_grad_(True)
+            potential = self.potential_fn(self._unpack(z[0]))
+            (grad,) = torch.autograd.grad(potential, z)
+        return -potential.detach().reshape(1), -grad
+
+    def _start(self, z: torch.Tensor, what: Optional[str]) -> bool:
+        """Set the state at ``z``; ``False`` (or ``ValueError`` naming ``what``) when not finite."""
+        state = self._kernel.init(z)
+        if _finite(state):
+            self._state = state
+            return True
+        if what is not None:
+            raise ValueError(f"the log density or its gradient is not finite at {what}")
+        return False
+
+    def _last_step_size(self) -> float:
+        """ε of the last step taken (of the first one before any)."""
+        return self._schedule(max(self._state.step - 1, 0) if self._state is not None else 0)
+
+
+class SGLD(_StochasticGradientKernel):
+    """Stochastic-gradient Langevin dynamics (Welling & Teh 2011, eq. 4).
+
+    z ← z + (ε_t/2) g + √ε_t ξ on the unconstrained space; ``step_size`` is ε (a float) or a
+    schedule t -> ε_t (e.g. :func:`inference.mcmc.sgmcmc.polynomial_decay`, Welling & Teh's
+    a(b + t)^−γ).  ``init_strategy``: a name in :data:`INIT_STRATEGIES` or a Pyro init strategy.
+    """
+
+    def _build(self, value_and_grad) -> Kernel:
+        return sgld(value_and_grad, self._schedule)
+
+
+class PSGLD(_StochasticGradientKernel):
+    """Preconditioned SGLD with the RMSprop preconditioner (Li et al. 2016, Alg. 1, Γ omitted).
+
+    V ← αV + (1−α) ḡ⊙ḡ with ḡ = g/N, G = 1 ⊘ (λ + √V), z ← z + (ε_t/2) G⊙g + √(ε_t G) ξ
+    (``rms_decay`` α ∈ (0, 1), ``rms_damping`` λ > 0).  ``num_data`` N defaults to the number
+    of observed values in the full data set: Σ over observed sites of (values × scale), e.g. N
+    for a ``pyro.plate("data", N, subsample_size=n)`` of scalar observations.
+    """
+
+    def __init__(
+        self, model: Callable, step_size: StepSize, rms_decay: float = 0.99, rms_damping: float = 1e-5,
+        num_data: Optional[int] = None, init_strategy: Union[str, Callable] = "uniform",
+    ):  # fmt: skip
+        super().__init__(model, step_size, init_strategy)
+        self.rms_decay = _positive("rms_decay", rms_decay, upper=1.0)
+        self.rms_damping = _positive("rms_damping", rms_damping)
+        self.num_data = None if num_data is None else _positive("num_data", num_data)
+
+    def _build(self, value_and_grad) -> Kernel:
+        num_data = self.num_data if self.num_data is not None else max(self._num_observed, 1.0)
+        return psgld(value_and_grad, self._schedule, num_data, self.rms_decay, self.rms_damping)
+
+
+class SGHMC(_StochasticGradientKernel):
+    """Stochastic-gradient HMC (Chen et al. 2014, eq. 15 with M = I and β̂ = 0).
+
+    v ← (1−α) v + η g + √(2αη) ξ, z ← z + v (``step_size`` η, ``friction`` α ∈ (0, 1]); this
+    is Chen et al.'s p ← (1−Dh)p − h∇Ũ + √(2Dh) ξ, θ ← θ + hp with η = h², α = Dh.
+    """
+
+    def __init__(
+        self, model: Callable, step_size: StepSize, friction: float = 0.1,
+        init_strategy: Union[str, Callable] = "uniform",
+    ):  # fmt: skip
+        super().__init__(model, step_size, init_strategy)
+        self.friction = _positive("friction", friction, upper=1.0, closed=True)
+
+    def _build(self, value_and_grad) -> Kernel:
+        return sghmc(value_and_grad, self._schedule, self.friction)

@@ -1,0 +1,84 @@
+"""Per-member and mixture metrics of a multi-chain posterior (deep ensembles, multi-chain MCMC, ...).
+
+A :class:`~inference.posterior.SamplePosterior` with C > 1 chains is one Bayesian model
+average: its prediction is the equally weighted mixture over all draws of all chains
+(:meth:`~inference.posterior.Posterior.predict`).  :func:`member_metrics` adds what each
+chain ("member") predicts on its own — the same metrics over that chain's draws only — and
+how much the members disagree:
+
+* regression: ``disagreement`` = mean over points and outputs of sd_c(μ_c) / σ_mix, the
+  spread (population sd across members) of the members' predictive means μ_c relative to
+  the mixture's predictive sd σ_mix (noise included); 0 when the members agree, and
+  sd_c(μ_c)² ≤ σ_mix² always (law of total variance), so it lies in [0, 1];
+* classification: ``disagreement`` = mean over points of the mutual information
+  H(p̄) − (1/C) Σ_c H(p_c) between the prediction and the member (in nats), with p_c the
+  member's mean class probabilities and p̄ their average (the ensemble disagreement of
+  Lakshminarayanan et al. 2017, the BALD quantity of Houlsby et al. 2011).
+"""
+from __future__ import annotations
+
+import torch
+
+from .metrics import evaluate
+from .posterior import SamplePosterior
+from .prediction import Prediction
+
+__all__ = ["member_posteriors", "member_metrics", "disagreement"]
+
+
+def member_posteriors(posterior: SamplePosterior) -> list[SamplePosterior]:
+    """One single-chain :class:`SamplePosterior` per chain (sharing the network and ``info``)."""
+    return [
+        SamplePosterior(
+            posterior.bnn,
+            {name: draws[c : c + 1] for name, draws in posterior.draws.items()},
+            sample_stats={name: stat[c : c + 1] for name, stat in posterior.sample_stats.items()},
+            info=posterior.info,
+        )
+        for c in range(posterior.num_chains)
+    ]
+
+
+def disagreement(members: list[Prediction], mixture: Prediction) -> float:
+    """The members' disagreement (see the module docstring); ``members`` are the chains' predictions."""
+    if mixture.task == "regression":
+        means = torch.stack([m.mean for m in members])  # [C, N, O]
+        return float((means.std(0, unbiased=False) / mixture.sd).mean())
+    probs = torch.stack([m.mean for m in members])  # [C, N, K]
+    return float((_entropy(probs.mean(0)) - _entropy(probs).mean(0)).mean())
+
+
+def _entropy(p: torch.Tensor) -> torch.Tensor:
+    return -(p * p.clamp_min(1e-30).log()).sum(-1)
+
+
+@torch.no_grad()
+def member_metrics(posterior: SamplePosterior, x: torch.Tensor, y: torch.Tensor, mixture: Prediction,
+                   seed: int = 0) -> dict:
+    """Metrics of each chain and of their mixture at test data ``(x, y)``.
+
+    Args:
+        posterior: a posterior with ``C > 1`` chains.
+        x, y: test inputs and targets (``y`` in original units, as for ``predict``).
+        mixture: the prediction ``posterior.predict(x, y=y, seed=seed)`` over all draws.
+        seed: the observation-noise seed of the members' predictions.
+    Returns:
+        ``{"num_members": C, "mixture": {...}, "per_member": [{...} × C], "member_mean": {...},
+        "disagreement": float}``; each ``{...}`` is :func:`inference.metrics.evaluate`'s dict.
+    Raises:
+        ValueError: fewer than two chains, or a ``mixture`` that is not over all draws.
+    """
+    if posterior.num_chains < 2:
+        raise ValueError(f"member metrics need a posterior with at least 2 chains, got {posterior.num_chains}")
+    if mixture.num_samples != posterior.default_num_samples:
+        raise ValueError(f"the mixture prediction has {mixture.num_samples} draws but the posterior holds "
+                         f"{posterior.default_num_samples}; predict with all of them")
+    predictions = [member.predict(x, y=y, seed=seed) for member in member_posteriors(posterior)]
+    per_member = [evaluate(p, y) for p in predictions]
+    return {
+        "num_members": posterior.num_chains,
+        "mixture": evaluate(mixture, y),
+        "per_member": per_member,
+        "member_mean": {k: sum(m[k] for m in per_member) / len(per_member) for k in per_member[0]},
+        "disagreement": disagreement(predictions, mixture),
+    }

@@ -1,0 +1,102 @@
+"""The ``swag`` / ``multiswag`` backends: the SWA mean on Bayesian linear regression, the SWAG
+sampling covariance, MultiSWAG members as chains, save/load, ArviZ and bad input."""
+from __future__ import annotations
+
+import math
+
+import arviz as az
+import pytest
+import torch
+from torch import nn
+
+from conftest import flat_linear_draws
+from inference import fit, load_posterior
+from inference.backends.swag import SWAGMoments, swag_samples
+from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
+
+FAST = {"batch_size": 10, "lr": 2e-3, "epochs": 50, "burnin_epochs": 50, "burnin_lr": 0.05}
+
+
+def linear_bnn(c):
+    return BayesianNetwork(c.net(), "all", NormalPrior(c.prior_sd), GaussianLikelihood(c.noise_sd), output_dim=1)
+
+
+@pytest.mark.parametrize("options", [{}, {"diag": True}, {"lr_schedule": "cyclical", "lr_min": 1e-4}])
+def test_swa_mean_recovers_the_conjugate_posterior_mean(conjugate_regression, options):
+    c = conjugate_regression
+    post = fit(linear_bnn(c), c.x, c.y, backend="swag", seed=0, progress=False, num_samples=500, **FAST, **options)
+    assert post.num_chains == 1 and post.info["num_snapshots"] == 50  # one snapshot per epoch (4 steps)
+    # the loss −log π/N is quadratic with Hessian eigenvalues λ ≈ 1/σ² = 4: SGD at a small constant rate
+    # (lr/(1 − momentum)·λ ≈ 0.08 per step) fluctuates around the mode, the posterior mean, by a few
+    # hundredths of a sd; the SWA average is closer still, and 500 draws add a Monte Carlo error of
+    # (SWAG sd / √500) ≪ 0.01 sd
+    z = (flat_linear_draws(post.sample_params()).mean(0) - c.post_mean) / c.post_sd
+    assert z.abs().max() < 0.1, z
+
+
+def test_swag_draws_have_the_swag_covariance():
+    g = torch.Generator().manual_seed(0)
+    moments = SWAGMoments(num_members=1, dim=4, max_rank=3)
+    for _ in range(7):
+        moments.collect(torch.randn(1, 4, generator=g) * torch.tensor([1.0, 2.0, 0.5, 1.0]))
+    d = moments.deviations[0]  # the last 3 deviations [K, P]
+    expected = 0.5 * torch.diag(moments.variance[0]) + 0.5 * d.T @ d / (3 - 1)
+    draws = swag_samples(moments, 40000, diag=False, generator=g)[0]
+    # 40000 draws: the sample covariance's sd per entry is ≈ √(2/40000)·σ_i σ_j ≈ 0.7 % of the scale
+    assert torch.allclose(draws.T.cov(), expected, atol=0.04 * float(expected.diagonal().max()))
+    assert torch.allclose(draws.mean(0), moments.mean[0], atol=0.03 * float(expected.diagonal().max().sqrt()))
+    diag_draws = swag_samples(moments, 40000, diag=True, generator=g)[0]
+    assert torch.allclose(diag_draws.var(0), moments.variance[0], rtol=0.04)
+
+
+def test_multiswag_members_are_chains_of_independent_runs(conjugate_regression):
+    c = conjugate_regression
+    post = fit(linear_bnn(c), c.x, c.y, backend="multiswag", seed=0, progress=False, num_members=3, num_samples=100,
+               **FAST)
+    assert post.num_chains == 3 and post.draws["weight"].shape == (3, 100, 1, 2)
+    per_member = flat_linear_draws({k: v for k, v in post.draws.items()}).reshape(3, 100, 3).mean(1)
+    # a convex loss: every member's SWA mean is at the posterior mean (within 0.1 sd), from different starts
+    assert (((per_member - c.post_mean) / c.post_sd).abs() < 0.1).all()
+    assert not torch.equal(post.draws["weight"][0], post.draws["weight"][1])
+    data = post.to_arviz(c.x, c.y)
+    assert data.posterior.sizes["chain"] == 3
+    assert math.isfinite(az.loo(data).elpd_loo)
+
+
+@pytest.mark.parametrize("backend, options", [("swag", {}), ("multiswag", {"num_members": 2})])
+def test_save_load_round_trip(tmp_path, conjugate_regression, backend, options):
+    c = conjugate_regression
+    post = fit(linear_bnn(c), c.x, c.y, backend=backend, seed=0, progress=False, num_samples=20,
+               **{**FAST, "epochs": 25, "burnin_epochs": 5}, **options)
+    post.save(tmp_path / backend)
+    loaded = load_posterior(tmp_path / backend)
+    assert loaded.num_chains == post.num_chains
+    assert torch.equal(loaded.predict(c.x, y=c.y, seed=2).log_lik, post.predict(c.x, y=c.y, seed=2).log_lik)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_rank": 0}, "max_rank K must be at least 2"),
+    ({"max_rank": 1}, "max_rank K must be at least 2"),
+    ({"epochs": 10, "max_rank": 20}, r"max_rank K=20 exceeds the number of snapshots \(10"),
+    ({"epochs": 10, "max_rank": 5, "collect_every": 20}, r"max_rank K=5 exceeds the number of snapshots \(2 "),
+    ({"lr_schedule": "cosine"}, "unknown lr_schedule"),
+    ({"momentum": 1.0}, "momentum must lie in"),
+])
+def test_bad_options_are_clear_errors(conjugate_regression, options, message):
+    c = conjugate_regression
+    with pytest.raises(ValueError, match=message):
+        fit(linear_bnn(c), c.x, c.y, backend="swag", progress=False, **{**FAST, "burnin_epochs": 0, **options})
+
+
+def test_multiswag_needs_a_member(conjugate_regression):
+    c = conjugate_regression
+    with pytest.raises(ValueError, match="num_members"):
+        fit(linear_bnn(c), c.x, c.y, backend="multiswag", progress=False, num_members=0)
+
+
+def test_batchnorm_networks_are_refused():
+    x, y = torch.randn(16, 2), torch.randn(16, 1)
+    net = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+    bnn = BayesianNetwork(net, "all", output_dim=1)
+    with pytest.raises(ValueError, match="BatchNorm"):
+        fit(bnn, x, y, backend="swag", progress=False, **FAST)
