@@ -155,9 +155,8 @@ class _StochasticGradientKernel(MCMCKernel):
         raise ValueError(f"no finite log density at {_MAX_INIT_TRIES} initial points from init_strategy")
 
     def sample(self, params: dict) -> dict:
-        """One step from the current state (``params`` starts it when there is none yet)."""
-        if self._state is None:
-            self._start(self._pack(params), "params")
+        """One step; ``params`` (the previous call's result) is not read: the kernel keeps its own
+        state, which also holds what ``params`` lacks (gradient, momentum, preconditioner)."""
         self._state = self._kernel.update(self._state, torch.default_generator)
         if not _finite(self._state):
             raise RuntimeError(

@@ -10,8 +10,11 @@ latents (e.g. the noise precision, support ``(0, ∞)``) are mapped with
 
 Deterministic parameters are not part of ``z``: they keep the values held by the
 network.  All ``C`` chains are evaluated in one batched forward pass
-(:meth:`BayesianNetwork.log_likelihood` is ``vmap``-ed over draws), and gradients come
-from one reverse pass, so the per-gradient overhead is paid once for all chains.  A
+(:meth:`BayesianNetwork.log_likelihood` is ``vmap``-ed over draws, or looped for a network
+without batching rules), and gradients come from one reverse pass, so the per-gradient
+overhead is paid once for all chains.  The network is put in eval mode, where it stays:
+the density must be a deterministic function of ``z`` (no dropout; batch normalisation on
+its running statistics).  Every tensor here follows ``z``'s (the model's) dtype and device.  A
 factorised Normal prior on the weights (the common case) is evaluated as one
 expression over the flat weight slice instead of site by site (the same density).
 
@@ -70,6 +73,8 @@ class Potential:
                 "the model has no stochastic sites to sample (stochastic='none' and no likelihood latents); "
                 "choose stochastic='all', 'last' or a pattern, or fit it with backend='svi'"
             )
+        bnn.net.eval()  # log π must be a deterministic function of z: no dropout, batch norm on running statistics
+        bnn.check_forward(x)  # vmap over chains, or a loop for a network without batching rules
         self.bnn, self.x, self.y = bnn, x, y
         self.num_data = x.shape[0]
         priors = bnn.prior_distributions()
@@ -100,7 +105,7 @@ class Potential:
     def unpack(self, z: torch.Tensor) -> tuple[dict, torch.Tensor]:
         """Constrained site values ``{site: [*batch, *shape]}`` and ``log|det J|`` ``[*batch]`` of ``z`` ``[*batch, D]``."""
         batch = z.shape[:-1]
-        values, log_det = {}, torch.zeros(batch, dtype=z.dtype)
+        values, log_det = {}, z.new_zeros(batch)
         for b in self.blocks:
             u = z[..., b.start : b.stop]
             if b.transform is not None:

@@ -11,10 +11,12 @@ interrupted fit leaves the output path as it was (see :mod:`lab.store`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
 import sys
+import textwrap
 import threading
 from typing import Callable
 
@@ -57,7 +59,39 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+#: ``fit --help`` examples
+FIT_EXAMPLES = (
+    "python -m zoo fit --data toy1d --backend svi --epochs 200 --out runs/toy-svi",
+    "python -m zoo fit --data uci:yacht --stochastic last --backend nuts --chains 4 --option max_tree_depth=8 "
+    "--out runs/yacht-nuts",
+    "python -m zoo fit --data moons --backend mc-dropout --option dropout=0.1 --device cuda --out runs/moons-mcd",
+)
+
+
+def _option_default(field: dataclasses.Field):
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return "(required)"
+
+
+def backend_options_help(width: int = 100) -> str:
+    """Every backend's options with their defaults, one wrapped paragraph per backend (``fit --help``)."""
+    blocks = []
+    for name, engine in BACKENDS.items():
+        fields = dataclasses.fields(engine.Config) if dataclasses.is_dataclass(engine.Config) else ()
+        listing = ", ".join(f"{f.name}={_option_default(f)!r}" for f in fields) or "(no options)"
+        blocks.append(textwrap.fill(listing, width, initial_indent=f"  {name}: ", subsequent_indent="      "))
+    return "\n".join(blocks)
+
+
 def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "backend options (name=default; set with --option NAME=VALUE or their own flags):\n"
+        + backend_options_help() + "\n\nexamples:\n" + "\n".join(f"  {line}" for line in FIT_EXAMPLES)
+    )
     data_help = "; ".join(f"{k}: {v}" for k, v in DATASET_SPECS.items())
     parser.add_argument("--data", required=True, help=f"dataset spec. {data_help}")
     parser.add_argument("--model", default="mlp", help=f"architecture: {', '.join(ARCHITECTURES)} (default mlp)")
@@ -94,6 +128,9 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prune variational layers after fitting")
     parser.add_argument("--report", action="store_true", help="also write an HTML diagnostics report into --out")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "mps"),
+                        help="where to fit and predict (default cpu); an unavailable device exits with status 2 "
+                             "before any work")
     parser.add_argument("--threads", type=_positive_int, default=1,
                         help="torch CPU threads (default 1: small BNNs are overhead-bound and extra threads "
                              "only help large layers)")
@@ -158,7 +195,7 @@ SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "spa
 def _run_fit(args) -> int:
     torch.set_num_threads(args.threads)
     spec = spec_from_args(args)
-    result = execute(spec, args.out, overwrite=args.overwrite, progress=not args.quiet)
+    result = execute(spec, args.out, overwrite=args.overwrite, progress=not args.quiet, device=args.device)
     metrics = result.metrics
     if args.report:
         print(f"wrote {_write_report_atomically(result.directory)}")

@@ -65,7 +65,7 @@ def _euler(fast: bool, data_root) -> list:
     options = {"max_pixels": pixels} if pixels else {}
     backends = set(available_backends(sorted({v[0] for v in EULER_VARIANTS.values()})))
     runs = []
-    for formulation, dataset in (("angles (seed 000)", None), ("increments (unwrapped)", "euler-increments")):
+    for formulation, dataset in (("angles (as published)", None), ("increments (unwrapped)", "euler-increments")):
         for seed in seeds:
             labels = {"formulation": formulation, "seed": seed}
             det_key = _slug(dataset or "angles", "deterministic", seed)

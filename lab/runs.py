@@ -42,7 +42,7 @@ from zoo.stochastic import ElementMasks
 from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
 from inference.arviz_export import loo_subset, save_netcdf
-from inference.backends import BACKENDS, fit, get_backend, parse_config
+from inference.backends import BACKENDS, fit, get_backend, parse_config, resolve_device
 from inference.diagnostics import convergence_metrics, convergence_warning
 from inference.members import member_metrics
 from inference.metrics import evaluate
@@ -245,24 +245,30 @@ def validate_spec(spec: RunSpec) -> None:
 
 
 def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: bool = True,
-            data: Optional[Dataset] = None) -> RunResult:
+            data: Optional[Dataset] = None, device: Optional[str] = None) -> RunResult:
     """Fit, evaluate and export one run; with ``out_dir`` also write its run folder.
 
     The output path, the spec and every backend option (names and types) are validated before
     the data are loaded or anything is fitted.  ``out_dir`` holding a run raises
     :class:`lab.store.StoreError` unless ``overwrite`` (then it is replaced whole, atomically).
-    Raises :class:`RunFailed` for an unusable posterior.
+    Raises :class:`RunFailed` for an unusable posterior.  ``device`` (``"cpu"``, ``"cuda"``,
+    ``"mps"``; checked first) is where the model is fitted and the data set is moved.
     """
     if out_dir is not None:
         check_destination(out_dir, overwrite)
     validate_spec(spec)
+    device = None if device is None else resolve_device(device)
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
+    if device is not None:
+        data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
+                                            if isinstance(getattr(data, f.name), torch.Tensor)})
     options = _backend_options(spec, data)
     parse_config(get_backend(spec.backend), options)  # every option checked before any fitting
     bnn = build_model(spec, data)
     started = time.perf_counter()
-    posterior = fit(bnn, data.x_train, data.y_train, backend=spec.backend, seed=spec.seed, progress=progress, **options)
+    posterior = fit(bnn, data.x_train, data.y_train, backend=spec.backend, seed=spec.seed, progress=progress,
+                    device=device, **options)
     fit_seconds = time.perf_counter() - started
     _check_draws(posterior)
     prune_report = None

@@ -225,6 +225,9 @@ def test_bad_models_and_starts_raise(conjugate_regression):
     with pytest.raises(ValueError, match="not finite at the given initial_params"):
         start_at(poisson_gamma_model, {"rate": torch.tensor(float("nan"))}, COUNTS)
 
+    with pytest.raises(ValueError, match="no finite log density at 100 initial points"):
+        MCMC(SGLD(poisson_gamma_model, step_size=1e-3), num_samples=5, disable_progbar=True).run(torch.tensor([-1.0]))
+
     def discrete(counts):
         pyro.sample("k", dist.Bernoulli(0.5))
 

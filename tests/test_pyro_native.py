@@ -8,6 +8,7 @@ The PyroModule copy must have the same sample sites and the same log joint densi
 """
 from __future__ import annotations
 
+import copy
 import pickle
 import warnings
 
@@ -101,6 +102,15 @@ def test_pyro_module_has_the_sites_and_log_joint_of_model(selection):
         assert bool((weight[~_mask()] == 0.25).all()) and torch.equal(weight, site.to_param(values["fc1.weight"]))
 
 
+def test_pyro_module_survives_copy_and_pickle():
+    bnn = _bnn(SELECTIONS["masks"])
+    module = bnn.to_pyro_module()
+    x, y = _data()
+    for twin in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
+        assert type(twin) is type(module) and type(twin.fc1) is type(module.fc1)
+        _compare(bnn, twin, x, y, num_data=None)
+
+
 def test_pyro_module_classification_and_prototype_trace():
     x, _ = _data()
     labels = (x[:, 0] > 0).long()
@@ -172,12 +182,17 @@ def test_stock_svi_keeps_frozen_weights_and_trains_the_copy_only():
     assert torch.equal(bnn.net.fc1.weight, before)  # the same initial weights (seeded), untouched
 
 
-def test_our_fit_gives_the_same_numbers_with_and_without_the_registration(monkeypatch):
+@pytest.mark.parametrize("backend", ["svi", "radial"])
+def test_our_fit_gives_the_same_numbers_with_and_without_the_registration(monkeypatch, backend):
+    # svi on the Pyro-trace path runs bnn.model every step; the Radial guide (module-local
+    # parameters) also traces bnn.model inside its own call to find the sites
     x, y = _data()
-    options = dict(backend="svi", seed=0, progress=False, epochs=3, batch_size=8, elbo_path="pyro-trace")
+    options = dict(backend=backend, seed=0, progress=False, epochs=3, batch_size=8)
+    if backend == "svi":
+        options["elbo_path"] = "pyro-trace"
 
     def run():
-        bnn = _bnn("last", prior=LaplacePrior(1.0))
+        bnn = _bnn("last", prior=LaplacePrior(1.0) if backend == "svi" else None)
         post = fit(bnn, x, y, **options)
         return post.sample_params(5, seed=1), bnn.net.fc1.weight.detach().clone(), post.info["history"]["loss"]
 

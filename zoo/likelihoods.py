@@ -7,7 +7,9 @@ Every likelihood works in two places:
 * on stacks of posterior draws (:meth:`Likelihood.log_prob`, :meth:`Likelihood.sample`,
   :meth:`Likelihood.cdf`) with a leading sample dimension ``S`` — vectorised, no loops.
 
-Regression outputs are modelled in standardised target units; ``target_loc`` /
+Draws with a ``torch.Generator`` are made on the generator's device and moved to the
+outputs' (a CPU generator reproduces the same draws on any device).  Regression outputs
+are modelled in standardised target units; ``target_loc`` /
 ``target_scale`` (``y = loc + scale · y_std``) convert draws, densities and intervals to
 original units (log densities gain ``-Σ log scale``).
 
@@ -132,8 +134,8 @@ class GaussianLikelihood(Likelihood):
 
     def sample(self, f, latents, generator=None):
         sd = self.noise_sd_of(latents, f)
-        noise = torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device)
-        return f + sd * noise
+        noise = torch.randn(f.shape, generator=generator, dtype=f.dtype, device=_draw_device(generator, f))
+        return f + sd * noise.to(f.device)
 
     def cdf(self, f, y, latents, target_loc=None, target_scale=None):
         """Predictive CDF ``[N, O]`` of ``y`` under the mixture of the ``S`` draws (the PIT)."""
@@ -161,8 +163,14 @@ class CategoricalLikelihood(Likelihood):
 
     def sample(self, f, latents, generator=None):
         probs = torch.softmax(f, dim=-1)
-        flat = probs.reshape(-1, probs.shape[-1])
-        return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+        flat = probs.reshape(-1, probs.shape[-1]).to(_draw_device(generator, f))
+        return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1]).to(f.device)
+
+
+def _draw_device(generator: Optional[torch.Generator], like: torch.Tensor) -> torch.device:
+    """Where random draws are made: on the generator's device (a CPU generator gives the same
+    draws whatever device the model is on), else on ``like``'s."""
+    return like.device if generator is None else generator.device
 
 
 LIKELIHOODS = {"gaussian": GaussianLikelihood, "categorical": CategoricalLikelihood}

@@ -86,6 +86,8 @@ class _ScatterFreeEntries:
     """Mixin of a module owning element-masked sites: reading such a parameter attribute
     returns the full tensor, the sampled free entries ``[n_free]`` scattered into the fixed values."""
 
+    prefix = "Masked"
+
     def __getattr__(self, name):
         value = super().__getattr__(name)
         masked = self.__dict__.get("_masked_sites")
@@ -96,6 +98,8 @@ class _ScatterFreeEntries:
 
 class _PyroBayesianNetwork:
     """Mixin of the root module: the sample sites in ``bnn.model``'s order, then the likelihood."""
+
+    prefix = "Bayesian"
 
     def forward(self, x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None,
                 num_data: Optional[int] = None):
@@ -134,9 +138,35 @@ class _PyroBayesianNetwork:
         return self
 
 
-def _subclass(prefix: str, mixin: type, cls: type) -> type:
-    """``class <prefix><cls name>(mixin, cls)`` with ``cls``'s metaclass (a ``PyroModule`` class)."""
-    return type(cls)(prefix + cls.__name__, (mixin, cls), {})
+_SUBCLASSES: dict = {}
+
+
+def _subclass(mixin: type, cls: type, original: type) -> type:
+    """``class <mixin.prefix><cls name>(mixin, cls)``, one per ``(mixin, cls)``, with ``cls``'s metaclass.
+
+    ``cls`` is ``PyroModule[original]``, possibly with mixins already; the class records how it is
+    built (``original`` and its mixins), so copies and pickles of its instances rebuild it.
+    """
+    key = (mixin, cls)
+    if key not in _SUBCLASSES:
+        namespace = {"_zoo_original": original, "_zoo_mixins": getattr(cls, "_zoo_mixins", ()) + (mixin,),
+                     "__reduce__": _reduce}
+        _SUBCLASSES[key] = type(cls)(mixin.prefix + cls.__name__, (mixin, cls), namespace)
+    return _SUBCLASSES[key]
+
+
+def _reduce(module):
+    """``copy`` / ``pickle`` support: rebuild the class from its recipe, then restore the state."""
+    cls = type(module)
+    return _rebuild, (cls._zoo_original, cls._zoo_mixins), module.__getstate__()
+
+
+def _rebuild(original: type, mixins: tuple) -> nn.Module:
+    """An empty instance of ``PyroModule[original]`` with ``mixins`` applied in order."""
+    cls = PyroModule[original]
+    for mixin in mixins:
+        cls = _subclass(mixin, cls, original)
+    return cls.__new__(cls)
 
 
 def _check_convertible(net: nn.Module, names: set[str]) -> None:
@@ -170,7 +200,9 @@ def to_pyro_module(bnn) -> PyroModule:
         with the fixed entries held.  Trainable deterministic parameters stay
         ``nn.Parameter``\\ s (Pyro registers them as ``"fc1.bias"``; a stock ``pyro.infer.SVI``
         trains those of the copy, not ``bnn.net``); frozen ones
-        (``train_deterministic=False``) become buffers, so SVI cannot move them.
+        (``train_deterministic=False``) become buffers, so SVI cannot move them.  The priors
+        follow ``.double()`` / ``.to(device)`` of the copy; ``copy.deepcopy`` and ``pickle``
+        rebuild its classes.
     Raises:
         NotImplementedError: a random or frozen parameter belongs to a fused ``nn.LSTM`` /
             ``nn.GRU`` / ``nn.RNN`` (see the message for what to use instead).
@@ -179,6 +211,7 @@ def to_pyro_module(bnn) -> PyroModule:
     frozen = {n for n, p in bnn.net.named_parameters() if not p.requires_grad} - {s.name for s in sites}
     _check_convertible(bnn.net, {s.name for s in sites} | frozen)
     net = copy.deepcopy(bnn.net)
+    originals = {name: type(module) for name, module in net.named_modules()}
     to_pyro_module_(net)
     for name in sorted(frozen):
         owner_name, _, attr = name.rpartition(".")
@@ -193,10 +226,10 @@ def to_pyro_module(bnn) -> PyroModule:
         setattr(owner, attr, PyroSample(_SitePrior(bnn.prior, site)))
         if site.mask is not None:
             if not isinstance(owner, _ScatterFreeEntries):
-                owner.__class__ = _subclass("Masked", _ScatterFreeEntries, type(owner))
+                owner.__class__ = _subclass(_ScatterFreeEntries, type(owner), originals[owner_name])
                 owner._masked_sites = {}
             owner._masked_sites[attr] = site
-    net.__class__ = _subclass("Bayesian", _PyroBayesianNetwork, type(net))
+    net.__class__ = _subclass(_PyroBayesianNetwork, type(net), originals[""])
     net._pyro_sites = sites
     net._pyro_likelihood = bnn.likelihood
     net._pyro_output_dim = bnn.output_dim

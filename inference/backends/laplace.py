@@ -163,6 +163,15 @@ class LaplacePosterior(SamplePosterior):
         super().__init__(bnn, draws, sample_stats, info)
         self.mean, self.scale, self.predictive = mean.detach(), scale.detach(), predictive
 
+    def _summary_rows(self):
+        rows = super()._summary_rows() + [("predictive", self.predictive)]
+        for label, key in (("hessian", "hessian_structure"), ("prior precision scale δ", "prior_precision_scale"),
+                           ("effective parameters γ", "effective_dim")):
+            if key in self.info:
+                value = self.info[key]
+                rows.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))
+        return rows
+
     @property
     def covariance(self) -> torch.Tensor:
         """``[P, P]`` posterior covariance of the random weights (diagonal: ``diag(scale²)``)."""

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -121,14 +121,15 @@ class WelfordState(NamedTuple):
 def welford_covariance(dense: bool) -> Adaptation:
     """Welford's running (co)variance (Welford 1962) as an inverse mass matrix estimator.
 
-    ``init(num_chains, dim)``, ``update(state, z [C, D])``, ``final(state, pooled) -> M⁻¹`` ``[C, D]``
+    ``init(num_chains, dim, like=None)`` (zeros with ``like``'s dtype and device), ``update(state, z [C, D])``, ``final(state, pooled) -> M⁻¹`` ``[C, D]``
     or ``[C, D, D]``: the sample (co)variance (divisor n − 1) per chain, or of all chains' points
     together (``pooled``; the same matrix for every chain), regularised towards 10⁻³·I as in Stan.
     """
 
-    def init(num_chains: int, dim: int) -> WelfordState:
-        m2 = torch.zeros(num_chains, dim, dim) if dense else torch.zeros(num_chains, dim)
-        return WelfordState(0, torch.zeros(num_chains, dim), m2)
+    def init(num_chains: int, dim: int, like: Optional[torch.Tensor] = None) -> WelfordState:
+        options = {} if like is None else {"dtype": like.dtype, "device": like.device}
+        m2 = torch.zeros(num_chains, dim, dim, **options) if dense else torch.zeros(num_chains, dim, **options)
+        return WelfordState(0, torch.zeros(num_chains, dim, **options), m2)
 
     def update(state: WelfordState, z: torch.Tensor) -> WelfordState:
         n = state.n + 1
@@ -147,7 +148,7 @@ def welford_covariance(dense: bool) -> Adaptation:
         cov = m2 / max(n - 1, 1)
         shrink = 1e-3 * 5.0 / (n + 5.0)
         if dense:
-            return (n / (n + 5.0)) * cov + shrink * torch.eye(cov.shape[-1])
+            return (n / (n + 5.0)) * cov + shrink * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
         return (n / (n + 5.0)) * cov + shrink
 
     return Adaptation(init, update, final)
@@ -209,10 +210,11 @@ def window_adaptation(
 
     def init(state, step_size: torch.Tensor) -> WindowState:
         num_chains, dim = state.z.shape
-        metric = identity_metric(num_chains, dim, dense)
+        metric = identity_metric(num_chains, dim, dense, like=state.z)
+        step_size = step_size.to(state.z.device)
         if adapt_step_size and num_warmup > 0:
             step_size = find_step_size(state, step_size, metric)
-        return WindowState(step_size, metric, step_adapt.init(step_size), mass_adapt.init(num_chains, dim), 0)
+        return WindowState(step_size, metric, step_adapt.init(step_size), mass_adapt.init(num_chains, dim, state.z), 0)
 
     def update(ws: WindowState, state, info: dict) -> WindowState:
         it, step_size, metric, da, welford = ws.iteration, ws.step_size, ws.metric, ws.dual_averaging, ws.welford
@@ -223,7 +225,7 @@ def window_adaptation(
             welford = mass_adapt.update(welford, state.z)
         if it + 1 in window_ends:
             metric = euclidean_metric(mass_adapt.final(welford, pooled))
-            welford = mass_adapt.init(*state.z.shape)
+            welford = mass_adapt.init(*state.z.shape, state.z)
             if adapt_step_size:
                 step_size = find_step_size(state, step_size, metric)
                 da = step_adapt.init(step_size)

@@ -81,7 +81,7 @@ def run_chains(
     names the draw slot of a later iteration's new state (or ``None``).
     """
     num_chains, dim = state.z.shape
-    keep = torch.empty(num_chains, num_draws, dim)
+    keep = state.z.new_empty(num_chains, num_draws, dim)
     stats: dict = {}
     num_kept, warmup_divergences, divergences, stopped_at = 0, 0, 0, None
     bar = tqdm(range(num_iterations), desc=desc, disable=not progress)
@@ -108,7 +108,7 @@ def run_chains(
             if draw is not None:
                 keep[:, draw] = state.z
                 for key, value in info.items():
-                    stats.setdefault(key, torch.empty(num_chains, num_draws, dtype=value.dtype))[:, draw] = value
+                    stats.setdefault(key, value.new_empty(num_chains, num_draws))[:, draw] = value
                 num_kept = draw + 1
         if progress and it % 10 == 0:
             postfix = {"lp": f"{float(state.log_density.mean()):.4g}"}

@@ -21,7 +21,7 @@ import torch
 
 from ..potential import Potential, compiled
 from .integrators import IntegratorState, energy, energy_error, leapfrog
-from .metrics import Metric, sample_momentum, velocity
+from .metrics import Metric, random_like, sample_momentum, velocity
 from .nuts import Checkpoints, Edge, Proposal, block_masks, is_turning, new_subtree, subtree_step
 
 __all__ = ["HMCState", "build_hmc", "build_nuts", "hmc_transition", "nuts_transition"]
@@ -60,14 +60,14 @@ def hmc_transition(
     p = sample_momentum(metric, generator)
     point = IntegratorState(z, p, lp, grad)
     energy0 = energy(metric.inv_mass, point)
-    jitter = 1 + step_jitter * (2 * torch.rand(step_size.shape, generator=generator) - 1)
+    jitter = 1 + step_jitter * (2 * random_like(torch.rand, step_size.shape, generator, z) - 1)
     eps = (step_size * jitter).unsqueeze(-1)
     for _ in range(num_steps):
         point = step(metric.inv_mass, point, eps)
     energy1 = energy(metric.inv_mass, point)
     delta = energy_error(energy1, energy0)
     accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
-    accept = torch.rand(accept_prob.shape, generator=generator) < accept_prob
+    accept = random_like(torch.rand, accept_prob.shape, generator, z) < accept_prob
     info = {
         "accept_prob": accept_prob,
         "diverging": delta > max_energy_error,
@@ -98,25 +98,25 @@ def nuts_transition(
     rho = p  # momentum sum over the whole trajectory
     proposal = Proposal(z, lp, grad, energy0)
     log_w = torch.zeros_like(lp)  # log Σ exp(H₀ − H) over the trajectory
-    done = torch.zeros(num_chains, dtype=torch.bool)
+    done = torch.zeros(num_chains, dtype=torch.bool, device=z.device)
     depth = torch.zeros_like(lp)
     accept_sum, n_steps, diverging = torch.zeros_like(lp), torch.zeros_like(lp), torch.zeros_like(done)
-    checkpoints = Checkpoints(*(torch.zeros(max_tree_depth, *z.shape) for _ in range(3)))  # distinct: no aliasing guards
+    checkpoints = Checkpoints(*(z.new_zeros(max_tree_depth, *z.shape) for _ in range(3)))  # distinct: no aliasing guards
     for j in range(max_tree_depth):
-        forward = torch.rand(num_chains, generator=generator) < 0.5
+        forward = random_like(torch.rand, num_chains, generator, z) < 0.5
         start = Edge(*(_select(forward, r, l) for r, l in zip(right, left)))
         eps = torch.where(forward, step_size, -step_size).unsqueeze(-1)
         initial = Proposal(z.clone(), lp.clone(), grad.clone(), energy0.clone())  # replaced at the first step
         sub = new_subtree(start, ~done, initial, checkpoints, accept_sum, n_steps, diverging)
         for i in range(2**j):
             store, check = masks(i, j)
-            u = torch.rand(num_chains, generator=generator)
+            u = random_like(torch.rand, num_chains, generator, z)
             sub = step(metric.inv_mass, eps, energy0, sub, u, store, check)
             if i % 16 == 15 and not bool(sub.alive.any()):
                 break
         accept_sum, n_steps, diverging = sub.accept_sum, sub.n_steps, sub.diverging
         ok = sub.alive
-        take = ok & (torch.rand(num_chains, generator=generator) < torch.exp(sub.log_w - log_w))  # biased progressive sampling
+        take = ok & (random_like(torch.rand, num_chains, generator, z) < torch.exp(sub.log_w - log_w))  # biased progressive sampling
         proposal = Proposal(*(_select(take, a, b) for a, b in zip(sub.proposal, proposal)))
         log_w = torch.where(ok, torch.logaddexp(log_w, sub.log_w), log_w)
         right = Edge(*(_select(ok & forward, a, b) for a, b in zip(sub.edge, right)))

@@ -7,11 +7,11 @@ compiled integrator can inline them.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
-__all__ = ["Metric", "euclidean_metric", "identity_metric", "sample_momentum", "velocity", "kinetic_energy"]
+__all__ = ["Metric", "euclidean_metric", "identity_metric", "random_like", "sample_momentum", "velocity", "kinetic_energy"]
 
 
 class Metric(NamedTuple):
@@ -36,24 +36,35 @@ def euclidean_metric(inv_mass: torch.Tensor) -> Metric:
     """The metric of inverse mass ``[C, D]`` (diagonal) or ``[C, D, D]`` (dense, symmetric positive definite)."""
     if inv_mass.dim() == 3:
         chol = torch.linalg.cholesky(inv_mass)  # M⁻¹ = L Lᵀ, so p = L⁻ᵀ ε ~ N(0, M)
-        eye = torch.eye(inv_mass.shape[-1], dtype=inv_mass.dtype).expand_as(inv_mass)
+        eye = torch.eye(inv_mass.shape[-1], dtype=inv_mass.dtype, device=inv_mass.device).expand_as(inv_mass)
         return Metric(inv_mass, torch.linalg.solve_triangular(chol, eye, upper=False))
     if inv_mass.dim() != 2:
         raise ValueError(f"inv_mass must be [C, D] or [C, D, D], got shape {tuple(inv_mass.shape)}")
     return Metric(inv_mass, inv_mass.rsqrt())
 
 
-def identity_metric(num_chains: int, dim: int, dense: bool) -> Metric:
-    """M = I for every chain, stored diagonal ``[C, D]`` or dense ``[C, D, D]``."""
+def identity_metric(num_chains: int, dim: int, dense: bool, like: Optional[torch.Tensor] = None) -> Metric:
+    """M = I for every chain, stored diagonal ``[C, D]`` or dense ``[C, D, D]``, with ``like``'s dtype and device."""
+    options = {} if like is None else {"dtype": like.dtype, "device": like.device}
     if dense:
-        return euclidean_metric(torch.eye(dim).expand(num_chains, dim, dim).clone())
-    return euclidean_metric(torch.ones(num_chains, dim))
+        return euclidean_metric(torch.eye(dim, **options).expand(num_chains, dim, dim).clone())
+    return euclidean_metric(torch.ones(num_chains, dim, **options))
+
+
+def random_like(draw, shape, generator: torch.Generator, like: torch.Tensor, dtype=None) -> torch.Tensor:
+    """``draw(shape)`` (``torch.rand`` / ``torch.randn``) from ``generator``, on ``like``'s device.
+
+    The draw is made on the generator's device and then moved, so a CPU generator gives the
+    same stream whatever device the chains are on.
+    """
+    out = draw(shape, generator=generator, dtype=dtype, device=generator.device)
+    return out.to(like.device)
 
 
 def sample_momentum(metric: Metric, generator: torch.Generator) -> torch.Tensor:
     """p ~ N(0, M) per chain, ``[C, D]``."""
     inv_mass = metric.inv_mass
-    eps = torch.randn(inv_mass.shape[:2], generator=generator, dtype=inv_mass.dtype)
+    eps = random_like(torch.randn, inv_mass.shape[:2], generator, inv_mass, dtype=inv_mass.dtype)
     if metric.dense:
         return (eps.unsqueeze(1) @ metric.momentum_factor).squeeze(1)
     return eps * metric.momentum_factor

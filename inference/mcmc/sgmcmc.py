@@ -28,6 +28,8 @@ from typing import Callable, NamedTuple, Optional, Union
 
 import torch
 
+from .metrics import random_like
+
 __all__ = [
     "Kernel", "StepSize", "SGLDState", "PSGLDState", "SGHMCState", "sgld", "psgld", "sghmc", "cyclical",
     "as_schedule", "polynomial_decay", "cosine_cycle",
@@ -98,7 +100,7 @@ class SGHMCState(NamedTuple):
 
 
 def _noise(z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    return torch.randn(z.shape, generator=generator)
+    return random_like(torch.randn, z.shape, generator, z, dtype=z.dtype)
 
 
 def sgld(value_and_grad: ValueAndGrad, step_size: StepSize) -> Kernel:

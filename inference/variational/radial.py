@@ -1,5 +1,5 @@
 """The Radial variational family (Farquhar, Osborne & Gal 2020) as a Pyro AutoGuide, with an
-M-independent Monte Carlo KL.
+M-independent Monte Carlo KL (Nazarovs, Mehta, Lokhande & Singh 2021).
 
 **Family.**  For one parameter tensor with D entries (Farquhar, Osborne & Gal 2020)
 
