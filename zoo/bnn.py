@@ -324,11 +324,12 @@ class BayesianNetwork(nn.Module):
 
         Args:
             values: ``{site: [S, *site_shape]}`` (likelihood latents are ignored).
-            x: inputs ``[N, ...]``.
+            x: inputs ``[N, ...]`` (moved to the model, :meth:`placed_input`).
         Returns:
             ``[S, N, O]`` outputs in standardised units (regression) or logits.
         """
         weights = {n: v for n, v in values.items() if n in self._site_by_name}
+        x = self.placed_input(x)
         if weights and self.batched_draws is None:
             self.check_forward(x)
         changed = self._enter_prediction_mode()
@@ -343,6 +344,11 @@ class BayesianNetwork(nn.Module):
         finally:
             for module, was_training in changed:
                 module.training = was_training
+
+    def placed_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` on the model's device; floating inputs in the model's dtype (a float64 model takes float32 data)."""
+        like = self.target_scale
+        return x.to(like.device, like.dtype) if x.is_floating_point() else x.to(like.device)
 
     def _loop_draws(self, weights: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """``[S, N, O]``: :meth:`forward_single` once per draw of ``weights`` ``{site: [S, ...]}``."""
