@@ -70,6 +70,7 @@ def test_float64_network_fits_with_svi_end_to_end():
     assert torch.isfinite(prediction.log_lik).all()
 
 
+@pytest.mark.filterwarnings("ignore:nuts:RuntimeWarning")  # a 30-iteration run only checks the dtypes
 def test_float64_network_fits_with_nuts_end_to_end():
     x, y = _data(12)
     bnn = _bnn(x).double()
@@ -97,7 +98,6 @@ def test_cli_device_flag_and_backend_options_in_help(capsys):
     assert result.returncode == 0
     assert "--device" in result.stdout and "examples:" in result.stdout
     assert "max_tree_depth=10" in result.stdout.replace("\n", " ").replace("  ", " ")
-    assert main(["fit", "--data", "toy1d", "--device", "tpu", "--out", "unused"]) == 2 if False else True
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--data", "toy1d", "--device", "tpu", "--out", "unused"])
     assert exit_info.value.code == 2

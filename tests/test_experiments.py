@@ -16,7 +16,7 @@ from lab.runs import RunSpec
 from lab import grids
 from zoo.architectures import build_architecture
 from lab.cli import main
-from zoo.data import Dataset, euler_increments, load_euler, wrap_degrees
+from zoo.data import Dataset
 from lab.grid_runs import Experiment, Run, frozen_features
 from lab.grids import EXPERIMENTS
 from lab.experiments import is_finished, run_experiment
@@ -81,34 +81,6 @@ def test_frozen_features_span_the_networks_heads():
         coef = torch.linalg.lstsq(design, net(x[:30]).double()).solution
         test_design = torch.cat([features.x_test.double(), torch.ones(10, 1, dtype=torch.double)], 1)
         assert torch.allclose(test_design @ coef, net(x[30:]).double(), atol=1e-4)
-
-
-def _write_euler(folder, n_pixels=40):
-    """Generated files in the Euler-angle layout of Bagga et al. 2025: Phi1 drifts +0.5°/step and crosses
-    360° for the first pixel."""
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    base = rng.uniform([0, 0, 0], [350, 180, 90], size=(n_pixels, 3))
-    base[0, 0] = 352.0  # 352 + 0.5 * 20 = 362 -> written as 2
-    for step in [k for k in range(1, 21) if k != 6]:
-        angles = base + step * 0.5 + rng.normal(scale=0.01, size=base.shape)
-        pd.DataFrame({"Phase": 1, "Phi1": angles[:, 0] % 360, "Phi": angles[:, 1], "Phi2": angles[:, 2], "KAM": 0.0,
-                      "Y": np.arange(n_pixels) // 8, "X": np.arange(n_pixels) % 8}).to_csv(
-            folder / f"IPF_Final_{step}.csv", index=False)
-
-
-def test_euler_increments_remove_the_wrap(tmp_path):
-    _write_euler(tmp_path / "euler")
-    raw = load_euler(tmp_path / "euler", seed=0)
-    inc = euler_increments(raw)
-    assert inc.x_train.shape == (raw.n_train, 17, 3) and inc.y_train.shape == (raw.n_train, 3)
-    steps = inc.x_to_original(torch.cat([inc.x_train, inc.x_test]))
-    assert steps.abs().max() < 1.2  # 0.5° per step (1° over the missing step 6), never ±360°
-    assert torch.allclose(torch.cat([inc.y_train_original(), inc.y_test_original()]), torch.tensor(0.5), atol=0.06)
-    target = torch.as_tensor(inc.info["target_test"])
-    predicted = torch.as_tensor(inc.info["last_test"]) + inc.y_test_original().double()  # x_19 + Δ
-    assert wrap_degrees(predicted - target).abs().max() < 1e-3
-    assert wrap_degrees(torch.tensor([359.0, -359.0, 181.0])).tolist() == [-1.0, 1.0, -179.0]
 
 
 def test_summarise_mean_and_standard_error():
