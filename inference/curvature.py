@@ -126,6 +126,6 @@ def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, s
 
 
 def effective_dim(eigenvalues: torch.Tensor, delta: float) -> float:
-    """γ = Σ λ_i / (λ_i + δ): the number of well-determined parameters (MacKay 1992, eq. 4.9)."""
+    """γ = Σ λ_i / (λ_i + δ): the number of well-determined parameters (MacKay 1992)."""
     return float((eigenvalues / (eigenvalues + delta)).sum())
 

@@ -29,10 +29,10 @@ def linear_bnn(c, **kwargs):
 def test_laplace_is_exact_for_bayesian_linear_regression(conjugate_regression):
     c = conjugate_regression
     post = fit(linear_bnn(c), c.x, c.y, backend="laplace", seed=0, progress=False, prior_precision="model",
-               map_steps=300, lbfgs_steps=50, num_samples=4000)
+               map_steps=1000, num_samples=4000)
     assert isinstance(post, LaplacePosterior) and post.info["hessian_structure"] == "full"
-    # the log posterior is quadratic: its mode is the posterior mean (L-BFGS polishes Adam's
-    # point to float32 round-off, ~1e-6 of a weight) and −∇² log π⁻¹ its covariance (no MAP error enters)
+    # the log posterior is quadratic: its mode is the posterior mean (Adam's cosine-decayed steps reach
+    # it to float32 round-off, ~1e-7 here against sds ≈ 0.08) and −∇² log π⁻¹ its covariance (exact at any w)
     assert torch.allclose(post.mean, c.post_mean, atol=1e-5)
     assert torch.allclose(post.covariance, c.post_cov, rtol=1e-4, atol=1e-4 * float(c.post_cov.abs().max()))
     draws = flat_linear_draws(post.sample_params())
@@ -51,7 +51,7 @@ def _evidence(h: torch.Tensor, w: torch.Tensor, log_lik: float, delta: float, pr
 
 def test_marginal_likelihood_picks_the_evidence_maximum(conjugate_regression):
     c = conjugate_regression
-    post = fit(linear_bnn(c), c.x, c.y, backend="laplace", seed=0, progress=False, map_steps=300, lbfgs_steps=20)
+    post = fit(linear_bnn(c), c.x, c.y, backend="laplace", seed=0, progress=False, map_steps=500)
     delta = post.info["prior_precision_scale"]
     phi = torch.cat([c.x, torch.ones(len(c.x), 1)], 1).double()
     h = phi.T @ phi / c.noise_sd**2  # the exact Hessian of −log p(y | w) of linear regression
@@ -154,7 +154,7 @@ def test_cli_last_layer_laplace_writes_metrics_and_a_loo_readable_netcdf(tmp_pat
     ({"hessian": "kfac"}, "unknown hessian"),
     ({"prior_precision": "cv"}, "unknown prior_precision"),
     ({"num_samples": 0}, "num_samples must be at least 1"),
-    ({"lbfgs_steps": -1}, "lbfgs_steps must be non-negative"),
+    ({"map_steps": -1}, "map_steps must be non-negative"),
 ])
 def test_bad_options_are_clear_errors(conjugate_regression, options, message):
     c = conjugate_regression

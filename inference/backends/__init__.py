@@ -72,7 +72,8 @@ def resolve_device(device) -> torch.device:
         raise ValueError(f"unknown device {device!r}; valid devices: {', '.join(DEVICE_TYPES)} (or 'cuda:N')") from None
     if resolved.type not in DEVICE_TYPES:
         raise ValueError(f"unsupported device {device!r}; valid devices: {', '.join(DEVICE_TYPES)} (or 'cuda:N')")
-    if resolved.type == "cuda" and (not torch.cuda.is_available() or (resolved.index or 0) >= torch.cuda.device_count()):
+    missing_cuda = not torch.cuda.is_available() or (resolved.index or 0) >= torch.cuda.device_count()
+    if resolved.type == "cuda" and missing_cuda:
         raise ValueError(f"device {device!r} is not available: this machine has {torch.cuda.device_count()} CUDA "
                          f"device(s) (torch.cuda.is_available() is {torch.cuda.is_available()}); use device='cpu'")
     if resolved.type == "mps" and not torch.backends.mps.is_available():

@@ -1,8 +1,7 @@
 """The ``laplace`` backend: a Gaussian around the MAP of the random subset (MacKay 1992).
 
 1. MAP: :func:`inference.potential.initial_point` (full-batch Adam on −log π, deterministic
-   parameters trained jointly when the model trains them, then held), optionally polished by
-   ``lbfgs_steps`` full-batch L-BFGS iterations on the random sites.
+   parameters trained jointly when the model trains them, then held).
 2. Curvature: the GGN of the negative log-likelihood over the random *weights* at the MAP
    (:mod:`inference.curvature`): dense ``[P, P]`` for small subsets (last layer, named
    modules: subnetwork Laplace, Daxberger et al. 2021), its diagonal for large ones (the
@@ -21,10 +20,12 @@
    tuning as in Immer et al. 2021 and Daxberger et al. 2021).
 4. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
    :class:`LaplacePosterior` (a :class:`~inference.posterior.SamplePosterior`, one chain).
-   ``predictive="sample"`` predicts with the network at those draws; ``"glm"`` with the
-   network linearised at the MAP, f(x; w) ≈ f(x; w*) + J(x)(w − w*) (the GLM predictive of
-   Immer et al. 2021), whose moments are also available in closed form
-   (:meth:`LaplacePosterior.glm_moments`).
+   ``predictive="glm"`` (the default) predicts with the network linearised at the MAP,
+   f(x; w) ≈ f(x; w*) + J(x)(w − w*) at those draws (the GLM predictive of Immer et al. 2021,
+   whose moments are also available in closed form, :meth:`LaplacePosterior.glm_moments`);
+   ``"sample"`` with the network itself at the draws, which Immer et al. 2021 show to
+   underfit when the random subset is large.  Where the network is linear in its random
+   weights (``stochastic="last"``) the two coincide.
 """
 from __future__ import annotations
 
@@ -57,24 +58,22 @@ class LaplaceConfig:
             random subset has at most ``max_full_dim`` weights).
         max_full_dim: the ``"auto"`` threshold P (the dense GGN costs P² memory, P³ time).
         prior_precision: ``"marglik"`` (δ by the evidence) or ``"model"`` (δ = 1).
-        predictive: ``"sample"`` (network at the draws) or ``"glm"`` (linearised network).
+        predictive: ``"glm"`` (linearised network at the draws) or ``"sample"`` (network at the draws).
         num_samples: draws taken at fit end.
         init, map_steps, map_lr: the MAP fit (``"current"``: the network's weights as they are).
-        lbfgs_steps: full-batch L-BFGS iterations polishing the MAP (0: none).
     """
 
     hessian: str = "auto"
     max_full_dim: int = 4000
     prior_precision: str = "marglik"
-    predictive: str = "sample"
+    predictive: str = "glm"
     num_samples: int = 200
     init: str = "map"
     map_steps: int = 2000
     map_lr: float = 0.01
-    lbfgs_steps: int = 0
 
     def validate(self):
-        choices = {"hessian": HESSIANS, "prior_precision": ("marglik", "model"), "predictive": ("sample", "glm"),
+        choices = {"hessian": HESSIANS, "prior_precision": ("marglik", "model"), "predictive": ("glm", "sample"),
                    "init": INIT_STRATEGIES}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
@@ -82,9 +81,8 @@ class LaplaceConfig:
         for name in ("num_samples", "max_full_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("map_steps", "lbfgs_steps"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+        if int(self.map_steps) < 0:
+            raise ValueError(f"map_steps must be non-negative, got {self.map_steps}")
         if not (math.isfinite(self.map_lr) and self.map_lr > 0):
             raise ValueError(f"map_lr must be positive, got {self.map_lr}")
 
@@ -108,7 +106,7 @@ def prior_moments(bnn, layout: WeightLayout) -> tuple[torch.Tensor, torch.Tensor
 
 
 def log_evidence(log_lik: float, eigenvalues: torch.Tensor, sq_norm: float, delta: float) -> float:
-    """log Z(δ) up to a δ-free constant (module docstring; MacKay 1992, eq. 4.16)."""
+    """log Z(δ) up to a δ-free constant (module docstring; MacKay 1992)."""
     p = eigenvalues.numel()
     return float(log_lik - 0.5 * delta * sq_norm + 0.5 * p * math.log(delta) - 0.5 * torch.log(eigenvalues + delta).sum())
 
@@ -201,27 +199,6 @@ class LaplacePosterior(SamplePosterior):
                    info)
 
 
-def _polish(potential: Potential, z: torch.Tensor, steps: int) -> torch.Tensor:
-    """``steps`` full-batch L-BFGS iterations (strong Wolfe) on −log π(z)/N; the start if none is better."""
-    z = z.clone().requires_grad_(True)
-    optimizer = torch.optim.LBFGS([z], max_iter=steps, tolerance_grad=1e-12, tolerance_change=1e-15,
-                                  line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = -potential.log_density(z.unsqueeze(0)).squeeze(0) / potential.num_data
-        loss.backward()
-        return loss
-
-    start = z.detach().clone()
-    with torch.no_grad():
-        before = float(-potential.log_density(start.unsqueeze(0)))
-    optimizer.step(closure)
-    with torch.no_grad():
-        after = float(-potential.log_density(z.detach().unsqueeze(0)))
-    return z.detach() if math.isfinite(after) and after <= before else start
-
-
 class LaplaceBackend(Backend):
     """Laplace approximation on the selected subset (MacKay 1992; Daxberger et al. 2021); module docstring."""
 
@@ -241,15 +218,13 @@ class LaplaceBackend(Backend):
         potential = Potential(bnn, x, y)
         z, record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
         with frozen_deterministic(bnn):
-            if config.lbfgs_steps:
-                z = _polish(potential, z, config.lbfgs_steps)
             values, _ = potential.unpack(z.unsqueeze(0))
             w = layout.flatten({k: v[0] for k, v in values.items()})
             latents = {k: values[k][0] for k in bnn.latent_priors()}
             structure = config.hessian if config.hessian != "auto" else ("full" if layout.dim <= config.max_full_dim else "diag")
             g = ggn(layout, w, latents, x, structure)
             with torch.no_grad():
-                log_lik = float(bnn.log_likelihood({k: v for k, v in values.items()}, x, y).sum())
+                log_lik = float(bnn.log_likelihood(values, x, y).sum())
         root = p0.rsqrt()
         if structure == "full":
             eigenvalues, vectors = torch.linalg.eigh(root[:, None] * g * root[None, :])
@@ -265,7 +240,7 @@ class LaplaceBackend(Backend):
         eps = torch.randn(config.num_samples, layout.dim, generator=generator, dtype=w.dtype)
         weights = w + (eps @ scale.T if structure == "full" else eps * scale)
         draws = {k: v.unsqueeze(0) for k, v in layout.unflatten(weights).items()}
-        draws.update({k: v.expand(1, config.num_samples, *v.shape) for k, v in latents.items()})
+        draws.update({k: v.expand(1, config.num_samples, *v.shape).clone() for k, v in latents.items()})
         info = {
             "backend": self.name, "config": asdict(config), "seed": seed, "num_data": x.shape[0],
             "num_random": layout.dim, "hessian_structure": structure, "prior_precision_scale": delta,

@@ -3,12 +3,12 @@ MultiSWAG (Wilson & Izmailov 2020).
 
 Each member (``swag``: one; ``multiswag``: ``num_members`` M, default 5):
 
-1. Burn-in: ``burnin_epochs`` of the MAP fit :func:`inference.backends.map.fit_map`
-   (minibatch Adam at ``burnin_lr``, cosine decay).  As in the ``ensemble`` backend, member
-   0 starts from the network's weights and fits the deterministic parameters jointly; members
-   m ≥ 1 start from a fresh initialisation under seed ``seed + m``
-   (:func:`inference.backends.ensemble.member_initial_values`) with the deterministic
-   parameters held at member 0's values.
+1. Burn-in: the members' MAP fits, ``burnin_epochs`` of minibatch Adam at ``burnin_lr``
+   (cosine decay), run by the ``ensemble`` backend (:mod:`inference.backends.ensemble`; in
+   ``workers`` local processes for ``multiswag``): member 0 starts from the network's weights
+   and fits the deterministic parameters jointly; members m ≥ 1 start from a fresh
+   initialisation under seed ``seed + m`` with the deterministic parameters held at member
+   0's values.
 2. SWAG phase: ``epochs`` of minibatch SGD (momentum ``momentum``) on −log π(z)/N over the
    random sites in unconstrained coordinates (:class:`inference.potential.Potential`, the
    likelihood scaled by N/n), deterministic parameters held.  The learning rate is constant
@@ -31,7 +31,6 @@ Networks with BatchNorm layers are refused: SWAG refreshes BatchNorm statistics 
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -44,8 +43,7 @@ from torch import nn
 from ..posterior import SamplePosterior
 from ..potential import Potential, frozen_deterministic
 from .base import Backend, NonFiniteLossError, minibatches
-from .ensemble import member_initial_values
-from .map import MAPConfig, fit_map, stack_members
+from .ensemble import EnsembleBackend, EnsembleConfig, member_initial_values
 
 __all__ = ["SWAGConfig", "MultiSWAGConfig", "SWAGBackend", "MultiSWAGBackend", "SWAGMoments", "swag_samples"]
 
@@ -113,15 +111,19 @@ class SWAGConfig:
 
 @dataclass
 class MultiSWAGConfig(SWAGConfig):
-    """:class:`SWAGConfig` plus ``num_members`` M (default 5, Wilson & Izmailov 2020) and 40 draws per member."""
+    """:class:`SWAGConfig` plus ``num_members`` M (default 5, Wilson & Izmailov 2020), 40 draws per
+    member and ``workers``, the local processes running the members' burn-ins in parallel."""
 
     num_members: int = 5
     num_samples: int = 40
+    workers: int = 1
 
     def validate(self):
         super().validate()
         if int(self.num_members) < 1:
             raise ValueError(f"num_members (M) must be at least 1, got {self.num_members}")
+        if int(self.workers) < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
 
 
 class SWAGMoments:
@@ -188,24 +190,17 @@ class SWAGBackend(Backend):
                              f"({config.num_snapshots(steps_per_epoch)} = epochs × {steps_per_epoch} steps / "
                              f"collect_every {collect_every}); raise epochs or lower max_rank")
         burnin_epochs = config.epochs if config.burnin_epochs is None else config.burnin_epochs
-        burn_in = MAPConfig(epochs=max(1, burnin_epochs), batch_size=config.batch_size, lr=config.burnin_lr)
-        starts = []
-        for member in range(num_members):
-            init = None if member == 0 else member_initial_values(bnn, seed + member)
-            context = (lambda: frozen_deterministic(bnn)) if member else contextlib.nullcontext
-            if burnin_epochs:
-                try:
-                    values = fit_map(bnn, x, y, burn_in, seed + member, progress, init_values=init,
-                                     training_context=context, desc=f"{self.name} burn-in {member + 1}/{num_members}").values
-                except NonFiniteLossError as error:  # the burn-in's last finite point, as a posterior
-                    error.posterior = SamplePosterior(bnn, stack_members([error.posterior]), info={"backend": self.name})
-                    raise
-            else:
-                values = {**bnn.initial_values(), **potential.latent_init(), **(init or {})}
-            starts.append(potential.pack(values))
+        if burnin_epochs:  # the burn-in is a deep ensemble of the members' MAP fits
+            burn_in = EnsembleConfig(epochs=burnin_epochs, batch_size=config.batch_size, lr=config.burnin_lr,
+                                     num_members=num_members, workers=int(getattr(config, "workers", 1)))
+            starts = EnsembleBackend().run(bnn, x, y, burn_in, seed, progress).draws  # {site: [M, 1, ...]}
+            z = potential.pack({name: value[:, 0] for name, value in starts.items()})
+        else:
+            inits = [{}] + [member_initial_values(bnn, seed + m) for m in range(1, num_members)]
+            z = torch.stack([potential.pack({**bnn.initial_values(), **potential.latent_init(), **init}) for init in inits])
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
-        z = torch.stack(starts).detach()
+        z = z.detach()
         velocity = torch.zeros_like(z)
         moments = SWAGMoments(num_members, potential.dim, config.max_rank)
         info = {"backend": self.name, "config": asdict(config), "seed": seed, "num_data": num_data,

@@ -121,7 +121,8 @@ class WelfordState(NamedTuple):
 def welford_covariance(dense: bool) -> Adaptation:
     """Welford's running (co)variance (Welford 1962) as an inverse mass matrix estimator.
 
-    ``init(num_chains, dim, like=None)`` (zeros with ``like``'s dtype and device), ``update(state, z [C, D])``, ``final(state, pooled) -> M⁻¹`` ``[C, D]``
+    ``init(num_chains, dim, like=None)`` (zeros with ``like``'s dtype and device),
+    ``update(state, z [C, D])``, ``final(state, pooled) -> M⁻¹`` ``[C, D]``
     or ``[C, D, D]``: the sample (co)variance (divisor n − 1) per chain, or of all chains' points
     together (``pooled``; the same matrix for every chain), regularised towards 10⁻³·I as in Stan.
     """

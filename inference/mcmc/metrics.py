@@ -11,7 +11,9 @@ from typing import NamedTuple, Optional
 
 import torch
 
-__all__ = ["Metric", "euclidean_metric", "identity_metric", "random_like", "sample_momentum", "velocity", "kinetic_energy"]
+__all__ = [
+    "Metric", "euclidean_metric", "identity_metric", "random_like", "sample_momentum", "velocity", "kinetic_energy",
+]  # fmt: skip
 
 
 class Metric(NamedTuple):
