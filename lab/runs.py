@@ -51,7 +51,8 @@ from inference.variational.pruning import PRUNE_MODES, prune
 
 from .store import check_destination, staged_directory
 
-__all__ = ["RunSpec", "RunResult", "RunFailed", "RUN_FILES", "build_model", "execute", "write_run", "validate_spec",
+__all__ = ["RunSpec", "RunResult", "RunFailed", "RUN_FILES", "build_model", "execute", "evaluate_posterior",
+           "Evaluation", "write_run", "validate_spec",
            "GENERIC_OPTIONS", "default_epochs"]
 
 #: spec attribute → backend Config field, passed on when set (or defaulted) and the backend has it
@@ -244,6 +245,47 @@ def validate_spec(spec: RunSpec) -> None:
         raise ValueError(f"hidden widths must be positive integers, got {spec.hidden!r}")
 
 
+
+@dataclass
+class Evaluation:
+    """A posterior evaluated once on a dataset: the test-set prediction (original units), its
+    metrics (with member and convergence metrics), the test-set and LOO training-subset
+    InferenceData, and the prediction time in seconds."""
+
+    prediction: Any
+    metrics: dict
+    idata: Any
+    train_idata: Any
+    predict_seconds: float
+
+
+def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
+    """Predict ``data``'s test set once (``seed``), evaluate it and export what reports read.
+
+    Raises :class:`RunFailed` when the predictions are non-finite.  Used by :func:`execute` and
+    by reports of an in-memory posterior, so both hold the same numbers.
+    """
+    backend = posterior.info.get("backend", "the posterior")
+    regression = data.task == "regression"
+    y_test = data.y_test_original() if regression else data.y_test
+    started = time.perf_counter()
+    prediction = posterior.predict(data.x_test, y=y_test, seed=seed)
+    predict_seconds = time.perf_counter() - started
+    if not bool(torch.isfinite(prediction.f).all()):
+        raise RunFailed(f"{backend}: the test-set predictions are non-finite; the posterior is unusable")
+    metrics = evaluate(prediction, y_test)
+    if isinstance(posterior, SamplePosterior) and posterior.num_chains > 1:  # a mixture of members (chains)
+        metrics["members"] = member_metrics(posterior, data.x_test, y_test, prediction, seed=seed)
+        metrics["member_disagreement"] = metrics["members"]["disagreement"]  # a scalar for results tables
+    include_weights = posterior.bnn.num_random <= _MAX_EXPORTED_WEIGHTS
+    idata = posterior.to_arviz(data.x_test, y_test, seed=seed, include_weights=include_weights, prediction=prediction)
+    index = loo_subset(data.n_train, seed=seed)
+    y_train = data.y_train_original() if regression else data.y_train
+    train_idata = posterior.to_arviz(data.x_train[index], y_train[index], seed=seed, include_weights=False)
+    metrics.update(convergence_metrics(idata))
+    return Evaluation(prediction, metrics, idata, train_idata, predict_seconds)
+
+
 def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: bool = True,
             data: Optional[Dataset] = None, device: Optional[str] = None) -> RunResult:
     """Fit, evaluate and export one run; with ``out_dir`` also write its run folder.
@@ -274,24 +316,9 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     prune_report = None
     if spec.prune != "none":
         posterior, prune_report = prune(posterior, mode=spec.prune, seed=spec.seed)
-    regression = data.task == "regression"
-    y_test = data.y_test_original() if regression else data.y_test
-    started = time.perf_counter()
-    prediction = posterior.predict(data.x_test, y=y_test, seed=spec.seed)
-    predict_seconds = time.perf_counter() - started
-    if not bool(torch.isfinite(prediction.f).all()):
-        raise RunFailed(f"{spec.backend}: the test-set predictions are non-finite; the posterior is unusable")
-    metrics = evaluate(prediction, y_test)
-    if isinstance(posterior, SamplePosterior) and posterior.num_chains > 1:  # a mixture of members (chains)
-        metrics["members"] = member_metrics(posterior, data.x_test, y_test, prediction, seed=spec.seed)
-        metrics["member_disagreement"] = metrics["members"]["disagreement"]  # a scalar for results tables
-    include_weights = bnn.num_random <= _MAX_EXPORTED_WEIGHTS
-    idata = posterior.to_arviz(data.x_test, y_test, seed=spec.seed, include_weights=include_weights,
-                               prediction=prediction)
-    index = loo_subset(data.n_train, seed=spec.seed)
-    y_train = data.y_train_original() if regression else data.y_train
-    train_idata = posterior.to_arviz(data.x_train[index], y_train[index], seed=spec.seed, include_weights=False)
-    metrics.update(convergence_metrics(idata))
+    evaluation = evaluate_posterior(posterior, data, spec.seed)
+    prediction, metrics, idata = evaluation.prediction, evaluation.metrics, evaluation.idata
+    predict_seconds = evaluation.predict_seconds
     unmixed = convergence_warning(metrics)
     if unmixed:
         warnings.warn(f"{spec.backend}: {unmixed}", RuntimeWarning, stacklevel=2)
@@ -314,7 +341,7 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
         }
     )
     config = {"spec": spec.to_dict(), "backend_options": options, "data": data.summary(), "prune": prune_report}
-    result = RunResult(spec, metrics, config, posterior, prediction, idata, train_idata, data)
+    result = RunResult(spec, metrics, config, posterior, prediction, idata, evaluation.train_idata, data)
     if out_dir is not None:
         write_run(result, out_dir, overwrite=overwrite)
     return result

@@ -24,12 +24,10 @@ from typing import Optional
 
 from zoo.data import Dataset
 
-from inference.arviz_export import load_netcdf, loo_subset
-from inference.diagnostics import convergence_metrics
-from inference.metrics import evaluate
+from inference.arviz_export import load_netcdf
 from inference.net_spec import describe_spec, net_spec
 from inference.posterior import Posterior, load_posterior, to_jsonable
-from lab.runs import _MAX_EXPORTED_WEIGHTS, RunResult
+from lab.runs import RunResult, evaluate_posterior
 from lab.store import StoreError, verify_run
 
 __all__ = ["Run", "NotApplicable", "open_run", "as_run", "REQUIRED_FILES"]
@@ -110,16 +108,8 @@ class Run:
         bnn, info = posterior.bnn, posterior.info
         if bnn.likelihood.task != data.task:
             raise ValueError(f"the posterior is for {bnn.likelihood.task} but the data {data.name!r} are {data.task}")
-        regression = data.task == "regression"
-        y_test = data.y_test_original() if regression else data.y_test
-        prediction = posterior.predict(data.x_test, y=y_test, seed=seed)
-        metrics = evaluate(prediction, y_test)
-        idata = posterior.to_arviz(data.x_test, y_test, seed=seed, include_weights=bnn.num_random <= _MAX_EXPORTED_WEIGHTS,
-                                   prediction=prediction)
-        index = loo_subset(data.n_train, seed=seed)
-        y_train = data.y_train_original() if regression else data.y_train
-        train_idata = posterior.to_arviz(data.x_train[index], y_train[index], seed=seed, include_weights=False)
-        metrics.update(convergence_metrics(idata))
+        evaluation = evaluate_posterior(posterior, data, seed)
+        metrics, idata, train_idata = evaluation.metrics, evaluation.idata, evaluation.train_idata
         backend = str(info.get("backend", "?"))
         metrics.update(n_train=data.n_train, n_test=data.n_test, num_random=bnn.num_random, backend=backend,
                        model=describe_spec(net_spec(bnn.net)), data=data.name, seed=info.get("seed", seed), task=data.task)
