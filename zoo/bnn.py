@@ -332,7 +332,7 @@ class BayesianNetwork(nn.Module):
         x = self.placed_input(x)
         if weights and self.batched_draws is None:
             self.check_forward(x)
-        changed = self._enter_prediction_mode()
+        changed = self._enter_prediction_mode()  # not the context manager: torch.compile traces this
         try:
             if not weights:
                 out = self.net(x)

@@ -139,8 +139,9 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         batches = check_loader(bnn, x)
         check = batches.check
         batches.check = lambda xb, yb: _placed(bnn, *check(xb, yb), yb)
-        first_x, first_y = x.collate_fn([x.dataset[0]])  # a one-row batch, checked before fitting
-        bnn.check_forward(_placed(bnn, *check(first_x, first_y), first_y)[0])
+        first = x.collate_fn([x.dataset[0]])  # a one-row batch: the network is checked before fitting
+        if isinstance(first, (tuple, list)) and len(first) == 2:  # (other rows: LoaderBatches' clear error)
+            bnn.check_forward(_placed(bnn, *check(*first), first[1])[0])
         return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
     x, y = _placed(bnn, *check_training_data(bnn, x, y), y)
