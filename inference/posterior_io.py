@@ -145,7 +145,7 @@ def load_posterior(directory, net: Optional[nn.Module] = None, prior=None, likel
         cls = POSTERIOR_KINDS[manifest["kind"]]
     except KeyError:
         raise ValueError(f"unknown posterior kind {manifest['kind']!r}; known: {', '.join(POSTERIOR_KINDS)}") from None
-    payload = torch.load(directory / TENSORS, weights_only=True)
+    payload = torch.load(directory / TENSORS, weights_only=True, map_location="cpu")  # a GPU-fitted posterior loads anywhere; move it with .to()
     net = _network(manifest["network"], payload["net"], net, directory)
     sites = []
     for record in manifest["sites"]:

@@ -117,3 +117,10 @@ def test_network_returning_a_tuple_is_refused_at_construction():
 def test_network_with_a_flat_output_is_refused():
     with pytest.raises(ValueError, match=r"expected \[n, O\]"):
         BayesianNetwork(nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)), "all", example_input=torch.randn(4, 3))
+
+
+def test_laplace_refuses_a_network_vmap_cannot_batch_before_fitting():
+    x, y = _data(n=10, shape=(4, 2))
+    bnn = BayesianNetwork(GRUNet(), "all", example_input=x)
+    with pytest.raises(ValueError, match="laplace backend needs a network that torch.func.vmap can batch"):
+        fit(bnn, x, y, backend="laplace", progress=False)

@@ -195,7 +195,7 @@ class HMCBackend(Backend):
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, config.compile)
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
-        jitter = config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)
+        jitter = (config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)).to(z0)
         with torch.no_grad(), frozen_deterministic(bnn):
             z, stats, record = sample_chains(
                 potential, z0 + jitter, self._transition(potential, config), config, generator, progress, self.name

@@ -211,6 +211,10 @@ class LaplaceBackend(Backend):
         layout = WeightLayout(bnn)
         if layout.dim == 0:
             raise ValueError("the laplace backend needs random weights; choose stochastic='all', 'last' or a pattern")
+        if bnn.batched_draws is False:  # the curvature vmaps over the network's weights
+            raise ValueError(f"the laplace backend needs a network that torch.func.vmap can batch over weight draws; "
+                             f"this one cannot ({bnn.batching_error}); use svi, map, ensemble or sgld, or make the "
+                             f"layer without a batching rule deterministic")
         mu0, p0, normal = prior_moments(bnn, layout)
         if config.prior_precision == "model" and not normal:
             raise ValueError(f"prior_precision='model' needs a Normal prior on the weights, got {bnn.prior!r}; "

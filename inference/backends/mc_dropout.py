@@ -103,7 +103,7 @@ def masked_draws(point: dict, layers: dict, rate: float, num_samples: int, seed:
     draws = {}
     for name, value in point.items():
         if name in layers:
-            masks = torch.bernoulli(torch.full((num_samples, value.shape[-1]), keep), generator=generator)
+            masks = torch.bernoulli(torch.full((num_samples, value.shape[-1]), keep), generator=generator).to(value)
             draws[name] = (value.unsqueeze(0) * masks.unsqueeze(1) / keep).to(value.dtype)
         else:
             draws[name] = value.unsqueeze(0).expand(num_samples, *value.shape).clone()

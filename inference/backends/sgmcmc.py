@@ -210,7 +210,7 @@ class SGMCMCBackend(Backend):
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
-        z = z0 + config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)
+        z = z0 + (config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)).to(z0)
         batches = _endless_batches(potential.num_data, config.batch_size, generator)
         kernel = self.kernel(lambda z: potential.value_and_grad(z, next(batches)), config, potential.num_data)
         info = {

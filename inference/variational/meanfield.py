@@ -196,7 +196,7 @@ class MeanFieldGuide(nn.Module):
         self.segments = segments
         self._by_name = {seg.name: seg for seg in segments}
         self._sites = {site.name: site for site in bnn.sites}
-        loc = torch.cat([init_values[seg.name].detach().reshape(-1).float() for seg in segments])
+        loc = torch.cat([init_values[seg.name].detach().reshape(-1) for seg in segments])
         self.loc = nn.Parameter(loc)
         self.scale_param = nn.Parameter(self.family.init_param(loc, float(init_scale)))
         self.prior_override = (prior_mean, prior_sd)
