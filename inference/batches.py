@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["minibatches", "TensorBatches", "LoaderBatches", "as_batches"]
+__all__ = ["minibatches", "TensorBatches", "LoaderBatches", "as_batches", "loader_info"]
 
 
 def minibatches(num_data: int, batch_size: Optional[int], generator: torch.Generator):
@@ -83,3 +83,11 @@ class LoaderBatches:
 def as_batches(x, y, batch_size: Optional[int]):
     """``x`` if it is already a batch source, else :class:`TensorBatches` of ``(x, y)``."""
     return x if isinstance(x, (TensorBatches, LoaderBatches)) else TensorBatches(x, y, batch_size)
+
+
+def loader_info(data) -> dict:
+    """``{"data_loader": {"batches_per_epoch", "batch_size"}}`` for ``posterior.info`` when ``data`` is a
+    :class:`LoaderBatches`, else ``{}``."""
+    if not isinstance(data, LoaderBatches):
+        return {}
+    return {"data_loader": {"batches_per_epoch": data.steps_per_epoch, "batch_size": data.loader.batch_size}}

@@ -17,6 +17,9 @@ the density must be a deterministic function of ``z`` (no dropout; batch normali
 its running statistics).  Every tensor here follows ``z``'s (the model's) dtype and device.  A
 factorised Normal prior on the weights (the common case) is evaluated as one
 expression over the flat weight slice instead of site by site (the same density).
+Minibatches are rows ``index`` of the stored data (:meth:`Potential.log_density`), or batch
+tensors themselves (:meth:`Potential.batch_log_density`, for a DataLoader's batches, where the
+potential holds only N).
 
 :func:`initial_point` finds a starting point: the network's current weights, or a
 quick MAP fit (Adam on −log π, deterministic parameters trained jointly when the model
@@ -39,7 +42,10 @@ from torch.distributions import biject_to
 from torch.func import grad_and_value
 from tqdm.auto import tqdm
 
-__all__ = ["Potential", "initial_point", "frozen_deterministic", "compiled", "INIT_STRATEGIES"]
+from .batches import LoaderBatches
+
+__all__ = ["Potential", "initial_point", "endless_batches", "epoch_log_density", "frozen_deterministic", "compiled",
+           "INIT_STRATEGIES"]
 
 INIT_STRATEGIES = ("map", "current")
 
@@ -64,19 +70,24 @@ class Potential:
 
     Args:
         bnn: the model; must have at least one random site.
-        x, y: training data ``[N, ...]`` and targets (standardised units for regression).
+        x, y: training data ``[N, ...]`` and targets (standardised units for regression); or
+            ``x`` a :class:`~inference.batches.LoaderBatches` and ``y`` ``None``: then N is the
+            loader's ``num_data`` and only the batch entry points (:meth:`batch_log_density`,
+            :meth:`batch_value_and_grad`) evaluate the likelihood.
     """
 
-    def __init__(self, bnn, x: torch.Tensor, y: torch.Tensor):
+    def __init__(self, bnn, x, y: Optional[torch.Tensor]):
         if not bnn.site_names:
             raise ValueError(
                 "the model has no stochastic sites to sample (stochastic='none' and no likelihood latents); "
                 "choose stochastic='all', 'last' or a pattern, or fit it with backend='svi'"
             )
         bnn.net.eval()  # log π must be a deterministic function of z: no dropout, batch norm on running statistics
-        bnn.check_forward(x)  # vmap over chains, or a loop for a network without batching rules
-        self.bnn, self.x, self.y = bnn, x, y
-        self.num_data = x.shape[0]
+        if isinstance(x, LoaderBatches):  # fit() checked the network on the loader's first row
+            self.bnn, self.x, self.y, self.num_data = bnn, None, None, x.num_data
+        else:
+            bnn.check_forward(x)  # vmap over chains, or a loop for a network without batching rules
+            self.bnn, self.x, self.y, self.num_data = bnn, x, y, x.shape[0]
         priors = bnn.prior_distributions()
         self.blocks: list[_Block] = []
         start = 0
@@ -133,8 +144,12 @@ class Potential:
     # ------------------------------------------------------------------ density
     def log_density(self, z: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``[C]`` log π(z) on the full data, or on minibatch ``index`` with the N/n scaling."""
-        values, log_det = self.unpack(z)
         x, y = (self.x, self.y) if index is None else (self.x[index], self.y[index])
+        return self.batch_log_density(z, x, y)
+
+    def batch_log_density(self, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``[C]`` log π(z) with the likelihood of the batch ``x [n, ...]``, ``y [n, ...]`` scaled by N/n."""
+        values, log_det = self.unpack(z)
         scale = self.num_data / x.shape[0]
         lp = log_det + scale * self.bnn.log_likelihood(values, x, y).sum(-1)
         if self._fast:
@@ -146,9 +161,14 @@ class Potential:
 
     def value_and_grad(self, z: torch.Tensor, index: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log π(z) [C], ∇_z log π(z) [C, D])`` — one batched forward and reverse pass."""
+        x, y = (self.x, self.y) if index is None else (self.x[index], self.y[index])
+        return self.batch_value_and_grad(z, x, y)
+
+    def batch_value_and_grad(self, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`value_and_grad` on the batch ``x [n, ...]``, ``y [n, ...]`` (likelihood scaled by N/n)."""
         with torch.enable_grad():
             z = z.detach().requires_grad_(True)
-            lp = self.log_density(z, index)
+            lp = self.batch_log_density(z, x, y)
             (grad,) = torch.autograd.grad(lp.sum(), z)
         return lp.detach(), grad
 
@@ -228,8 +248,31 @@ def _map_loss(potential: Potential, z: torch.Tensor) -> torch.Tensor:
     return -potential.log_density(z.unsqueeze(0)).squeeze(0) / potential.num_data
 
 
+def _map_batch_loss(potential: Potential, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return -potential.batch_log_density(z.unsqueeze(0), x, y).squeeze(0) / potential.num_data
+
+
+def endless_batches(data: LoaderBatches, generator: torch.Generator):
+    """``(x_batch, y_batch)`` of ``data``'s epochs, one after another, without end."""
+    while True:
+        yield from data.epoch(generator)
+
+
+def epoch_log_density(potential: Potential, z: torch.Tensor, data: LoaderBatches) -> torch.Tensor:
+    """``[*batch]`` log π(z) of ``z`` ``[*batch, D]`` on the full data, from one pass over ``data``.
+
+    Batch b of n_b rows gives the prior plus (N/n_b) times its log-likelihood; the weights n_b/N
+    (summing to 1) make the sum over the pass the exact full-data density.
+    """
+    total = 0.0
+    for x, y in data.epoch(torch.Generator()):  # a loader keeps its own order; the generator is not used
+        total = total + potential.batch_log_density(z, x, y) * (x.shape[0] / potential.num_data)
+    return total
+
+
 def initial_point(
-    potential: Potential, init: str, map_steps: int, map_lr: float, progress: bool = False, compile: bool = False
+    potential: Potential, init: str, map_steps: int, map_lr: float, progress: bool = False, compile: bool = False,
+    data: Optional[LoaderBatches] = None,
 ) -> tuple[torch.Tensor, dict]:
     """Starting point ``z`` ``[D]`` and a record of how it was found.
 
@@ -238,7 +281,10 @@ def initial_point(
     ``map_lr``) on −log π(z)/N (the MAP in unconstrained coordinates), ``torch.compile``-d
     when ``compile``; deterministic parameters the model trains are optimised jointly and
     then kept at their fitted values (written into the network).  A non-finite loss stops
-    the fit at the last finite snapshot (taken every 100 steps).
+    the fit at the last finite snapshot (taken every 100 steps).  With ``data`` (the
+    potential built on a DataLoader) each step takes the loader's next batch instead, over
+    as many of its epochs as ``map_steps`` needs, and the record's log density is summed
+    over one pass (:func:`epoch_log_density`).
     """
     if init not in INIT_STRATEGIES:
         raise ValueError(f"unknown init {init!r}; valid: {', '.join(INIT_STRATEGIES)}")
@@ -246,15 +292,26 @@ def initial_point(
     values = {**bnn.initial_values(), **potential.latent_init()}
     z = potential.pack(values).detach()
     record = {"init": init}
+
+    def log_density(z):
+        return potential.log_density(z) if data is None else epoch_log_density(potential, z, data)
+
     if init == "current" or map_steps <= 0:
         with torch.no_grad(), pyro.validation_enabled(False):
-            record["init_log_density"] = float(potential.log_density(z.unsqueeze(0)))
+            record["init_log_density"] = float(log_density(z.unsqueeze(0)))
         return z, record
     z = z.clone().requires_grad_(True)
     params = [z] + bnn.deterministic_parameters()
     optimizer = torch.optim.Adam(params, lr=map_lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=map_steps, eta_min=map_lr * 0.1)
-    loss_fn = compiled(_map_loss, compile, potential)
+    if data is None:
+        loss_fn = compiled(_map_loss, compile, potential)
+    else:
+        batch_loss, batches = compiled(_map_batch_loss, compile, potential), endless_batches(data, torch.Generator())
+
+        def loss_fn(z):
+            return batch_loss(z, *next(batches))
+
     snapshot = [p.detach().clone() for p in params]
     with pyro.validation_enabled(False):
         for step in tqdm(range(map_steps), desc="MAP init", disable=not progress, leave=False):
@@ -272,5 +329,5 @@ def initial_point(
         with torch.no_grad():
             for p, value in zip(params, snapshot):
                 p.copy_(value)
-            record.update(map_steps=map_steps, map_lr=map_lr, init_log_density=float(potential.log_density(z.unsqueeze(0))))
+            record.update(map_steps=map_steps, map_lr=map_lr, init_log_density=float(log_density(z.unsqueeze(0))))
     return z.detach().clone(), record

@@ -31,7 +31,7 @@ import pyro
 import torch
 from tqdm.auto import tqdm
 
-from .batches import LoaderBatches, as_batches, minibatches
+from .batches import as_batches, loader_info, minibatches
 from .elbo import elbo_terms
 from .guides import build_guide
 from .posterior import VariationalPosterior
@@ -330,8 +330,7 @@ def fit_guide(
         "num_data": data.num_data,
         "history": history,
     }
-    if isinstance(data, LoaderBatches):
-        run_info["data_loader"] = {"batches_per_epoch": data.steps_per_epoch, "batch_size": data.loader.batch_size}
+    run_info.update(loader_info(data))
     if info is not None:
         run_info.update(info(guide))
 

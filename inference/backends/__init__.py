@@ -102,9 +102,10 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         bnn: a :class:`zoo.BayesianNetwork`.
         x: inputs ``[N, ...]`` (the network's input units, usually standardised), or a
             ``torch.utils.data.DataLoader`` over a map-style dataset of ``(x, y)`` rows (then
-            ``y`` is ``None``): minibatch backends (:func:`loader_backends`: ``svi`` and the
-            variational families) draw each epoch's batches from it, in its order and batch
-            size, and scale the likelihood by N/n with N = ``len(loader.dataset)``.
+            ``y`` is ``None``): minibatch backends (:func:`loader_backends`: ``svi``, the
+            variational families, the SG-MCMC family, ``map``, ``ensemble``, ``mc-dropout``)
+            draw each epoch's batches from it, in its order and batch size, and scale the
+            likelihood by N/n with N = ``len(loader.dataset)``.
         y: regression targets ``[N, O]`` in *standardised* units, or class labels ``[N]``.
         backend: a name in ``BACKENDS``.
         seed: fixes every random draw of the run (a DataLoader's shuffling has its own generator).

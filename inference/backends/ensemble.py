@@ -15,6 +15,11 @@ member 0 and held at its values while members 1..K−1 fit their random sites (a
 SG-MCMC chains start from one MAP fit); with every parameter random, or the deterministic
 ones frozen, all members are independent.
 
+With a DataLoader (``fit(bnn, loader, backend="ensemble")``) every member reads the loader's
+batches in the loader's own order (so members differ only by their initialisation), and the
+members are fitted in this process (``workers`` must be 1: the loader does not travel to
+worker processes).
+
 ``info["member_histories"]`` holds each member's per-epoch history (``info["history"]`` is
 member 0's).  ``workers`` > 1 fits the members in that many local worker processes (one
 torch thread each; they die with the parent process); Ray is not used.  The optional
@@ -38,6 +43,7 @@ from typing import Optional
 
 import torch
 
+from ..batches import LoaderBatches
 from ..posterior import SamplePosterior
 from ..potential import frozen_deterministic
 from .base import Backend, NonFiniteLossError
@@ -136,9 +142,13 @@ class EnsembleBackend(Backend):
 
     name = "ensemble"
     Config = EnsembleConfig
+    accepts_loader = True
 
     def run(self, bnn, x, y, config: EnsembleConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
+        if isinstance(x, LoaderBatches) and config.workers > 1:
+            raise ValueError("ensemble members fit from a DataLoader run in this process: use workers=1, or pass "
+                             "the data as tensors fit(bnn, x, y, ...) to fit members in worker processes")
         members = list(range(config.num_members))
         results = []
         if bnn.deterministic_parameters() or config.workers == 1:  # member 0 fits the shared parameters first
@@ -149,7 +159,7 @@ class EnsembleBackend(Backend):
         else:
             results += [_fit_member(bnn, x, y, config, seed, k, progress) for k in members]
         fits = [fit for fit, _ in results]
-        info = run_info(self.name, config, seed, x.shape[0], started, num_chains=config.num_members,
+        info = run_info(self.name, config, seed, x, started, num_chains=config.num_members,
                         member_seeds=[seed + k for k in range(config.num_members)],
                         history=fits[0].history, member_histories=[fit.history for fit in fits])
         posterior = SamplePosterior(bnn, stack_members(fits), info=info)

@@ -31,7 +31,7 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from ..batches import TensorBatches
+from ..batches import LoaderBatches, as_batches, loader_info
 from ..posterior import SamplePosterior
 from ..potential import Potential
 from ..training import HISTORY_KEYS, LoopOptions, NonFiniteLossError, run_training_loop
@@ -94,7 +94,9 @@ def fit_map(
     """Maximise ``log p(w_s, θ) + Σ log p(y | x, w_s, w_d, θ)``; returns the :class:`MAPFit`.
 
     Args:
-        bnn, x, y: the model and validated training data (standardised targets).
+        bnn, x, y: the model and validated training data (standardised targets) ``[N, ...]``, or
+            ``x`` a :class:`~inference.batches.LoaderBatches` (``y`` then ``None``; its batches are
+            used, ``config.batch_size`` is not, and N is ``len(loader.dataset)``).
         config: the :class:`MAPConfig`.
         seed: seeds the minibatch order and any randomness in the training forward pass.
         progress: show a tqdm bar.
@@ -108,12 +110,13 @@ def fit_map(
     """
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
+    data = as_batches(x, y, config.batch_size)
     potential = Potential(bnn, x, y)  # site layout, priors and the latents' starting values
     start = {**bnn.initial_values(), **potential.latent_init(), **(init_values or {})}
     transforms = {name: biject_to(potential.priors[name].support) for name in bnn.site_names}
     raw = {name: transforms[name].inv(start[name]).detach().clone().requires_grad_(True) for name in bnn.site_names}
     weights = {name: float((prior_weights or {}).get(name, 1.0)) for name in bnn.site_names}
-    num_data = x.shape[0]
+    num_data = data.num_data
     history = {key: [] for key in HISTORY_KEYS}
 
     def values() -> dict:
@@ -132,8 +135,7 @@ def fit_map(
 
     with pyro.validation_enabled(False), training_context():
         params = list(raw.values()) + bnn.deterministic_parameters()
-        run_training_loop(particle, params, TensorBatches(x, y, config.batch_size), config.loop_options(), generator,
-                          history, result, desc, progress)
+        run_training_loop(particle, params, data, config.loop_options(), generator, history, result, desc, progress)
     return result()
 
 
@@ -142,17 +144,21 @@ def stack_members(fits: list[MAPFit]) -> dict:
     return {name: torch.stack([f.values[name] for f in fits]).unsqueeze(1) for name in fits[0].values}
 
 
-def run_info(backend: str, config, seed: int, num_data: int, started: float, **extra) -> dict:
-    """The ``posterior.info`` record of a MAP-family fit."""
+def run_info(backend: str, config, seed: int, x, started: float, **extra) -> dict:
+    """The ``posterior.info`` record of a MAP-family fit on ``x`` (tensor or DataLoader batches)."""
+    num_data = x.num_data if isinstance(x, LoaderBatches) else x.shape[0]
     return {"backend": backend, "config": asdict(config), "seed": seed, "num_data": num_data,
-            "fit_seconds": time.perf_counter() - started, **extra}
+            "fit_seconds": time.perf_counter() - started, **loader_info(x), **extra}
 
 
 class MAPBackend(Backend):
-    """MAP training; the posterior is the point mass at the optimum (1 chain × 1 draw)."""
+    """MAP training; the posterior is the point mass at the optimum (1 chain × 1 draw).
+
+    Also fits from a DataLoader's batches (see :func:`fit_map`)."""
 
     name = "map"
     Config = MAPConfig
+    accepts_loader = True
 
     def run(self, bnn, x, y, config: MAPConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
@@ -161,7 +167,7 @@ class MAPBackend(Backend):
         except NonFiniteLossError as error:
             last = error.posterior
             error.posterior = SamplePosterior(bnn, stack_members([last]), info=run_info(
-                self.name, config, seed, x.shape[0], started, history=last.history))
+                self.name, config, seed, x, started, history=last.history))
             raise
         return SamplePosterior(bnn, stack_members([fit]), info=run_info(
-            self.name, config, seed, x.shape[0], started, history=fit.history))
+            self.name, config, seed, x, started, history=fit.history))

@@ -111,10 +111,11 @@ def masked_draws(point: dict, layers: dict, rate: float, num_samples: int, seed:
 
 
 class MCDropoutBackend(Backend):
-    """MC dropout on the chosen layers (see the module docstring)."""
+    """MC dropout on the chosen layers (see the module docstring); fits from tensors or a DataLoader's batches."""
 
     name = "mc-dropout"
     Config = MCDropoutConfig
+    accepts_loader = True  # fit_map reads a DataLoader's batches
 
     def run(self, bnn, x, y, config: MCDropoutConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
@@ -124,7 +125,7 @@ class MCDropoutBackend(Backend):
         keep_weights = {name: 1.0 - rate for name in layers}
 
         def posterior(fit) -> SamplePosterior:
-            info = run_info(self.name, config, seed, x.shape[0], started, dropout=rate, dropout_sites=list(layers),
+            info = run_info(self.name, config, seed, x, started, dropout=rate, dropout_sites=list(layers),
                             num_samples=config.num_samples, history=fit.history)
             return SamplePosterior(bnn, masked_draws(fit.values, layers, rate, config.num_samples, seed), info=info)
 

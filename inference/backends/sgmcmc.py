@@ -31,7 +31,8 @@ import torch
 from ..mcmc.driver import run_chains, thinned
 from ..mcmc.sgmcmc import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from ..posterior import SamplePosterior
-from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
+from ..batches import LoaderBatches, loader_info
+from ..potential import INIT_STRATEGIES, Potential, endless_batches, frozen_deterministic, initial_point
 from .base import Backend, NonFiniteLossError, minibatches
 
 __all__ = [
@@ -57,8 +58,10 @@ class SGMCMCConfig:
         thin: steps between kept draws.
         step_size: the kernel's (initial) step size ε₀ / η / α₀.
         batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
+            Unused when fitting from a DataLoader (its batches are used).
         init: ``"map"`` (quick Adam MAP fit first) or ``"current"`` (the network's weights).
-        map_steps / map_lr: the MAP fit's full-batch Adam steps and learning rate.
+        map_steps / map_lr: the MAP fit's full-batch Adam steps (a DataLoader's batches when
+            fitting from one) and learning rate.
         init_jitter: sd of the Gaussian jitter added to each chain's start.
     """
 
@@ -192,7 +195,14 @@ class CyclicalConfig(SGMCMCConfig):
 
 # ---------------------------------------------------------------------- backends
 class SGMCMCBackend(Backend):
-    """Base of the SG-MCMC backends: a kernel, a number of steps and the steps whose states are kept."""
+    """Base of the SG-MCMC backends: a kernel, a number of steps and the steps whose states are kept.
+
+    ``run`` also takes a DataLoader's batches (:class:`~inference.batches.LoaderBatches`, ``y``
+    ``None``): each step, and each step of the MAP initialisation, takes the loader's next batch
+    (its order and batch size; ``config.batch_size`` is not used), the likelihood scaled by N/n
+    with N = ``len(loader.dataset)``."""
+
+    accepts_loader = True
 
     def kernel(self, value_and_grad: Callable, config, num_data: int) -> Kernel:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -209,10 +219,15 @@ class SGMCMCBackend(Backend):
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
+        loader = x if isinstance(x, LoaderBatches) else None
+        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, data=loader)
         z = z0 + (config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)).to(z0)
-        batches = _endless_batches(potential.num_data, config.batch_size, generator)
-        kernel = self.kernel(lambda z: potential.value_and_grad(z, next(batches)), config, potential.num_data)
+        if loader is None:
+            indices = _endless_batches(potential.num_data, config.batch_size, generator)
+            kernel = self.kernel(lambda z: potential.value_and_grad(z, next(indices)), config, potential.num_data)
+        else:
+            batches = endless_batches(loader, generator)
+            kernel = self.kernel(lambda z: potential.batch_value_and_grad(z, *next(batches)), config, potential.num_data)
         info = {
             "backend": self.name,
             "config": asdict(config),
@@ -221,6 +236,7 @@ class SGMCMCBackend(Backend):
             "num_chains": config.num_chains,
             "num_random": potential.dim,
             **init_record,
+            **loader_info(x),
         }
 
         def posterior(draws, stats, num_kept: int, last_z) -> SamplePosterior:
