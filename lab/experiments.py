@@ -216,8 +216,10 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     """Run grid ``name`` into ``out`` (skipping finished runs) and write its tables and figures.
 
     Returns ``{"results": DataFrame, "summary": DataFrame, "failures": {key: error},
-    "skipped": n, "files": [paths]}``.
+    "skipped": n, "files": [paths], "wall_seconds": s}``; ``summary.md`` ends with the wall time
+    of this invocation and the summed run times of all runs in the table.
     """
+    started = time.perf_counter()
     from tqdm.auto import tqdm
 
     experiment = get_experiment(name)
@@ -245,9 +247,11 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
                 failures = _run_local(todo, by_key, finished, root, int(workers), bar)
             else:
                 failures = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address)
-        results, summary, files = write_tables(experiment, runs, root, out, failures)
+        timing = {"wall_seconds": time.perf_counter() - started, "workers": int(workers), "executor": executor,
+                  "fitted": len(todo), "found_done": len(runs) - len(todo)}
+        results, summary, files = write_tables(experiment, runs, root, out, failures, timing)
     return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
-            "files": files}
+            "files": files, "wall_seconds": timing["wall_seconds"]}
 
 
 def get_experiment(name: str) -> Experiment:
@@ -276,8 +280,12 @@ def collect(runs, root):
     return pd.DataFrame(rows)
 
 
-def write_tables(experiment: Experiment, runs, root, out, failures):
-    """Write results.csv, summary.csv, summary.md, failures.txt and figures into ``out``."""
+def write_tables(experiment: Experiment, runs, root, out, failures, timing: Optional[dict] = None):
+    """Write results.csv, summary.csv, summary.md, failures.txt and figures into ``out``.
+
+    ``timing`` (``wall_seconds``, ``workers``, ``executor``, ``fitted``, ``found_done``) adds the
+    wall-time line to ``summary.md``.
+    """
     out = Path(out)
     results = collect(runs, root)
     files = []
@@ -291,10 +299,20 @@ def write_tables(experiment: Experiment, runs, root, out, failures):
     summary = summarise(results, experiment.group)
     results.to_csv(out / "results.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)
-    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures))
+    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures) + _timing_line(results, timing))
     files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
     files += make_figures(experiment.name, summary, out)
     return results, summary, files
+
+
+def _timing_line(results, timing: Optional[dict]) -> str:
+    """``summary.md``'s last line: this invocation's wall time and the runs' summed times (seconds)."""
+    if timing is None:
+        return ""
+    summed = float(results["run_seconds"].sum()) if "run_seconds" in results else float("nan")
+    return (f"\nWall time of this invocation: {timing['wall_seconds']:.0f} s ({timing['fitted']} runs fitted, "
+            f"{timing['found_done']} found done; {timing['executor']} executor, {timing['workers']} workers); "
+            f"summed run times of the {len(results)} runs in the table: {summed:.0f} s.\n")
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,6 +41,10 @@ def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path):
     assert list(summary["variant"]) == ["det", "full", "frozen head"] and list(summary["n"]) == [2, 2, 2]
     table = (out / "summary.md").read_text()
     assert "| variant | n | rmse | test_ll | coverage_90 |" in table and " ± " in table
+    summed = results["run_seconds"].sum()
+    assert f"Wall time of this invocation: {first['wall_seconds']:.0f} s (6 runs fitted, 0 found done" in table
+    assert f"summed run times of the 6 runs in the table: {summed:.0f} s" in table
+    assert first["wall_seconds"] >= 0.9 * summed  # one process (workers=0): the runs happen within the wall time
     before = _mtimes(out)
     second = run_experiment("smoke", out, workers=0, progress=False)
     assert second["skipped"] == 6 and _mtimes(out) == before  # nothing re-run
