@@ -39,6 +39,7 @@ from .variational.pruning import guide_sparsity
 
 __all__ = [
     "NonFiniteLossError",
+    "OptimiserOptions",
     "LoopOptions",
     "LR_SCHEDULES",
     "OPTIMIZERS",
@@ -78,8 +79,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 @dataclass
-class LoopOptions:
-    """Training-loop options shared by the variational backends.
+class OptimiserOptions:
+    """Optimiser options shared by every loop-trained backend (the variational family, MAP and its kin).
 
     Attributes:
         epochs: passes over the training data.
@@ -88,12 +89,6 @@ class LoopOptions:
         lr_schedule: ``constant``, ``cosine`` (decay to ``lr · lr_final_factor``) or ``step``
             (multiply by ``lr_final_factor`` after ``lr_step_fraction`` of the epochs).
         optimizer: ``adam`` or ``clipped-adam`` (gradient norm clipped at ``clip_norm``).
-        init_scale: initial posterior sd of every random weight.
-        kl_warmup_epochs / kl_anneal_epochs: KL annealing (β = 0, then a linear ramp).
-        pretrain_epochs / pretrain_lr: deterministic pretraining before VI (``pretrain_lr``
-            defaults to ``lr``).
-        num_particles: Monte Carlo samples of the ELBO per step.
-        num_samples: default number of posterior draws for predictions.
     """
 
     epochs: int = 200
@@ -104,6 +99,36 @@ class LoopOptions:
     lr_step_fraction: float = 0.25
     optimizer: str = "adam"
     clip_norm: float = 10.0
+
+    def validate(self):
+        """Clear ``ValueError``s for invalid optimiser options."""
+        if int(self.epochs) < 1:
+            raise ValueError(f"epochs must be at least 1, got {self.epochs}")
+        for name in ("lr", "clip_norm", "lr_final_factor"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.batch_size is not None and int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+
+
+@dataclass
+class LoopOptions(OptimiserOptions):
+    """Training-loop options of the variational backends: the optimiser's and these.
+
+    Attributes:
+        init_scale: initial posterior sd of every random weight.
+        kl_warmup_epochs / kl_anneal_epochs: KL annealing (β = 0, then a linear ramp).
+        pretrain_epochs / pretrain_lr: deterministic pretraining before VI (``pretrain_lr``
+            defaults to ``lr``).
+        num_particles: Monte Carlo samples of the ELBO per step.
+        num_samples: default number of posterior draws for predictions.
+    """
+
     init_scale: float = 1e-3
     kl_warmup_epochs: int = 0
     kl_anneal_epochs: int = 0
@@ -114,22 +139,15 @@ class LoopOptions:
 
     def validate(self):
         """Clear ``ValueError``s for invalid loop options."""
-        for name in ("epochs", "num_particles", "num_samples"):
+        super().validate()
+        for name in ("num_particles", "num_samples"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("kl_warmup_epochs", "kl_anneal_epochs", "pretrain_epochs"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
-        for name in ("lr", "init_scale", "clip_norm", "lr_final_factor"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be positive, got {value}")
-        if self.batch_size is not None and int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        if not (math.isfinite(self.init_scale) and self.init_scale > 0):
+            raise ValueError(f"init_scale must be positive, got {self.init_scale}")
 
 
 def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:

@@ -23,6 +23,7 @@ import torch
 from inference import BACKENDS, Posterior, SamplePosterior, evaluate, load_netcdf, load_posterior
 from inference.arviz_export import loo_subset, quiet_arviz
 from inference.diagnostics import convergence_metrics
+from inference.members import member_metrics
 from inference.metrics import ece_from_probs
 from lab.cli import main
 from lab.report import Run, open_run, render_run, render_section, write_comparison, write_report
@@ -89,6 +90,8 @@ def mcmc_run(tmp_path_factory):
     metrics = {**evaluate(prediction, y_test), **convergence_metrics(idata),
                "fit_seconds": 1.5, "backend": "nuts", "stochastic": "all", "model": "linear", "data": "toy1d",
                "seed": 0, "split": 0, "task": "regression", "num_random": 2, "n_train": data.n_train}
+    metrics["members"] = member_metrics(posterior, data.x_test, y_test, prediction, seed=0)
+    metrics["member_disagreement"] = metrics["members"]["disagreement"]
     spec = RunSpec(data="toy1d", model="linear", stochastic="all", backend="nuts")
     config = {"spec": spec.to_dict(), "backend_options": {"num_chains": 2}, "data": data.summary()}
     write_run(RunResult(spec, metrics, config, posterior, prediction, idata, train_idata, data), out)
@@ -121,7 +124,7 @@ def test_mcmc_report_has_sampler_and_rhat_sections(mcmc_run, capsys):
         assert needle in page, needle
     assert "Not applicable: backend 'nuts' records no optimisation history" in page
     assert main(["report", str(mcmc_run), "--out", str(mcmc_run / "elsewhere" / "r.html")]) == 0
-    assert (mcmc_run / "elsewhere" / "r.html").read_text().count("<section") == 8
+    assert (mcmc_run / "elsewhere" / "r.html").read_text().count("<section") == 9
     assert "Not applicable: 'nuts' gives draws, not a variational posterior" in page
     assert _images_decode(page) >= 7  # trace, rank, energy, stats, Pareto k, coverage, PIT, bands
 
@@ -207,7 +210,7 @@ def test_report_from_an_in_memory_result_matches_the_folder(tmp_path):
     with pytest.raises(ValueError, match="in memory only"):
         write_report(unwritten)
     page = write_report(unwritten, tmp_path / "mem.html").read_text()
-    assert page.count("<section") == 8 and "in memory" in page
+    assert page.count("<section") == 9 and "in memory" in page
 
 
 def test_classification_report_has_reliability_and_ece(tmp_path):
@@ -265,3 +268,57 @@ def test_trace_plots_survive_draws_with_tiny_relative_spread(mcmc_run):
     idata.posterior["log_joint"] = idata.posterior["log_joint"] * 0 + (-46610 + noise).astype(np.float32)
     section = render_section(Run("tiny-spread", complete.metrics, complete.config, idata), "Convergence")
     assert "could not draw" not in section and section.count("<img") == 2
+
+
+def _member_rows(section: str) -> dict:
+    """``{row label: [cells]}`` of the members table."""
+    rows = re.findall(r"<tr><td>([^<]*)</td>((?:<td>[^<]*</td>)*)</tr>", section)
+    return {label: [float(c) for c in re.findall(r"<td>([^<]*)</td>", cells)] for label, cells in rows}
+
+
+def test_members_section_of_an_ensemble_shows_each_member_and_the_mixture(tmp_path):
+    spec = RunSpec(data="toy1d", hidden=[8], stochastic="all", backend="ensemble", epochs=20,
+                   backend_options={"num_members": 3})
+    result = execute(spec, tmp_path / "ens", progress=False)
+    stored = json.loads((tmp_path / "ens" / "metrics.json").read_text())["members"]
+    section = html.unescape(render_section(tmp_path / "ens", "Members"))
+    assert section == html.unescape(render_section(result, "Members"))  # folder and in-memory result agree
+    rows = _member_rows(section)
+    assert list(rows) == ["member 0", "member 1", "member 2", "mean of members", "mixture (BMA)"]
+    for label, metrics in [*zip(["member 0", "member 1", "member 2"], stored["per_member"]),
+                           ("mean of members", stored["member_mean"]), ("mixture (BMA)", stored["mixture"])]:
+        np.testing.assert_allclose(rows[label], [metrics[k] for k in ("rmse", "test_ll", "coverage_50", "coverage_90",
+                                                                       "coverage_95")], rtol=1e-3)
+    assert f"Disagreement {stored['disagreement']:.3g}:" in section and "near 1 the members' spread" in section
+    assert 0 <= stored["disagreement"] <= 1 and _images_decode(section) == 1
+    other = tmp_path / "svi"
+    execute(dataclasses.replace(spec, backend="svi", backend_options={}, num_samples=20), other, progress=False)
+    compared = _html(write_comparison([tmp_path / "ens", other], tmp_path / "c.html"))
+    assert "<th>member_disagreement</th>" in compared and f"{stored['disagreement']:.4g}" in compared
+
+
+def test_members_section_of_chains_that_sample_one_posterior_shows_little_disagreement(mcmc_run, svi_run):
+    """Two chains of exact draws of one posterior: the chains' predictive means differ by Monte Carlo error only."""
+    section = html.unescape(render_section(mcmc_run, "Members"))
+    stored = open_run(mcmc_run).metrics["members"]
+    # chain means differ by Monte Carlo error ~ sd_f · sqrt(2 / 150) ≪ the predictive sd, which includes the noise
+    assert 0 < stored["disagreement"] < 0.05 and "2 members (chains)" in section
+    assert list(_member_rows(section)) == ["member 0", "member 1", "mean of members", "mixture (BMA)"]
+    assert "Not applicable: one member" in html.unescape(render_section(svi_run, "Members"))
+    complete = open_run(mcmc_run)
+    older = Run("older", {k: v for k, v in complete.metrics.items() if k != "members"}, complete.config,
+                complete.idata)
+    assert "Not applicable: 2 chains, but metrics.json holds no member metrics" in html.unescape(
+        render_section(older, "Members"))
+
+
+def test_members_section_of_a_classification_ensemble_reads_disagreement_in_nats(tmp_path):
+    spec = RunSpec(data="moons", hidden=[8], stochastic="all", backend="ensemble", epochs=10,
+                   backend_options={"num_members": 2})
+    execute(spec, tmp_path / "moons", progress=False)
+    stored = json.loads((tmp_path / "moons" / "metrics.json").read_text())["members"]
+    section = html.unescape(render_section(tmp_path / "moons", "Members"))
+    assert f"Disagreement {stored['disagreement']:.3g} nats" in section and "ln K = 0.693 for K = 2 classes" in section
+    rows = _member_rows(section)
+    assert rows["mixture (BMA)"][0] == pytest.approx(stored["mixture"]["accuracy"], rel=1e-3)
+    assert 0 <= stored["disagreement"] <= np.log(2)

@@ -34,40 +34,20 @@ from torch.distributions import biject_to
 from ..batches import LoaderBatches, as_batches, loader_info
 from ..posterior import SamplePosterior
 from ..potential import Potential
-from ..training import HISTORY_KEYS, LoopOptions, NonFiniteLossError, run_training_loop
+from ..training import HISTORY_KEYS, LoopOptions, NonFiniteLossError, OptimiserOptions, run_training_loop
 from .base import Backend
 
 __all__ = ["MAPConfig", "MAPBackend", "MAPFit", "fit_map", "stack_members", "run_info"]
 
 
 @dataclass
-class MAPConfig:
-    """Options of a MAP fit (the loop options of :class:`~inference.training.LoopOptions` that apply).
-
-    Attributes:
-        epochs: passes over the training data.
-        batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
-        lr: initial Adam learning rate.
-        lr_schedule: ``constant``, ``cosine`` (to ``lr · lr_final_factor``) or ``step``.
-        lr_final_factor, lr_step_fraction: the schedule's final factor and step position.
-        optimizer: ``adam`` or ``clipped-adam`` (gradient norm clipped at ``clip_norm``).
-    """
-
-    epochs: int = 200
-    batch_size: Optional[int] = 64
-    lr: float = 1e-2
-    lr_schedule: str = "cosine"
-    lr_final_factor: float = 0.1
-    lr_step_fraction: float = 0.25
-    optimizer: str = "adam"
-    clip_norm: float = 10.0
-
-    def validate(self):
-        self.loop_options().validate()
+class MAPConfig(OptimiserOptions):
+    """Options of a MAP fit: the optimiser options of :class:`~inference.training.OptimiserOptions`
+    (epochs, batch size, Adam learning rate and schedule, optional gradient clipping)."""
 
     def loop_options(self) -> LoopOptions:
         """The :class:`LoopOptions` of these settings (one particle, no KL annealing)."""
-        return LoopOptions(**{f.name: getattr(self, f.name) for f in fields(MAPConfig)})
+        return LoopOptions(**{f.name: getattr(self, f.name) for f in fields(OptimiserOptions)})
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from . import compare, layers, predictive, sections
+from . import compare, layers, members, predictive, sections
 from .html import Section, note, page
 from .rundata import NotApplicable, Run, as_run, open_run
 
@@ -40,6 +40,7 @@ RUN_SECTIONS: list[tuple[str, Callable[[Run], str]]] = [
     ("LOO and WAIC", predictive.loo_waic),
     ("Calibration: coverage and PIT / reliability and ECE", predictive.calibration),
     ("Predictive bands (1-D inputs)", predictive.bands),
+    ("Members: per-member and mixture metrics, disagreement", members.members),
     ("Variational layers: log α and sparsity", layers.variational_layers),
 ]
 

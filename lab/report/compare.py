@@ -15,8 +15,8 @@ from .rundata import NotApplicable, Run
 
 __all__ = ["runs_table", "loo_compare", "calibration_overlay"]
 
-METRIC_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "sparsity", "rhat_max", "ess_bulk_min",
-               "divergences", "tree_depth_saturated", "fit_seconds")
+METRIC_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "member_disagreement", "sparsity",
+               "rhat_max", "ess_bulk_min", "divergences", "tree_depth_saturated", "fit_seconds")
 
 
 def runs_table(runs: list[Run], links: dict) -> str:
