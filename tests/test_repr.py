@@ -9,7 +9,7 @@ from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
 
 from inference import SamplePosterior, fit
-from lab.report import Run, render_section, write_report
+from lab.report import RUN_SECTIONS, Run, render_section, write_report
 from lab.runs import RunSpec, execute
 
 
@@ -66,4 +66,4 @@ def test_report_from_a_posterior_and_its_data_matches_the_run(tmp_path):
     for title in ("Calibration", "LOO"):
         assert render_section(run, title) == render_section(Run.from_result(result, name="same"), title), title
     page = write_report(result.posterior, tmp_path / "r.html", data=result.data).read_text()
-    assert page.count("<section") == 8 and "in memory" in page and "toy1d-mlp-svi-seed0" in html.unescape(page)
+    assert page.count("<section") == len(RUN_SECTIONS) and "in memory" in page and "toy1d-mlp-svi-seed0" in html.unescape(page)
