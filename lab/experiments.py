@@ -21,13 +21,7 @@ numbers where the grid has them), ``DIR/*.png`` figures, ``DIR/failures.txt`` if
 from __future__ import annotations
 
 import concurrent.futures as cf
-import ctypes
-import ctypes.util
 import json
-import multiprocessing
-import os
-import signal
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -35,6 +29,7 @@ from typing import Optional
 import torch
 
 from inference.posterior import to_jsonable
+from inference.workers import stop_workers, worker_pool
 from zoo.data import load_dataset
 
 from .grid_runs import EXTRAS, Experiment, Run, load_run_data
@@ -46,7 +41,6 @@ from .tables import make_figures, summarise, summary_markdown
 __all__ = ["run_experiment", "run_one", "is_finished", "add_experiment_arguments", "run_experiment_command", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
-_PR_SET_PDEATHSIG = 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,28 +89,6 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
 # --------------------------------------------------------------------------------------------
 # Executors
 # --------------------------------------------------------------------------------------------
-
-
-def _init_worker(parent: int) -> None:
-    """Worker start: one torch thread; on Linux, die (``SIGKILL``) when the experiment process dies."""
-    torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops us
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os._exit(1)
-
-
-def _stop_workers(pool) -> None:
-    """Cancel queued runs and kill the pool's worker processes now (on an error, Ctrl-C or SIGTERM)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-    for process in processes:
-        process.join(timeout=5)
 
 
 class _Inline(cf.Executor):
@@ -172,14 +144,13 @@ def _run_local(runs, by_key, finished, root, workers, bar) -> dict:
     if workers == 0:
         pool = _Inline()
     else:
-        pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                      initializer=_init_worker, initargs=(os.getpid(),))
+        pool = worker_pool(workers)
     threads = None if workers == 0 else 1
     try:
         failures = _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
                              _wait_futures, bar)
     except BaseException:
-        _stop_workers(pool)
+        stop_workers(pool)
         raise
     pool.shutdown()
     return failures

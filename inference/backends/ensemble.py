@@ -28,15 +28,8 @@ homoscedastic, learned per member.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import copy
-import ctypes
-import ctypes.util
-import multiprocessing
-import os
-import signal
-import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -46,13 +39,11 @@ import torch
 from ..batches import LoaderBatches
 from ..posterior import SamplePosterior
 from ..potential import frozen_deterministic
+from ..workers import stop_workers, worker_pool
 from .base import Backend, NonFiniteLossError
 from .map import MAPConfig, MAPFit, fit_map, run_info, stack_members
 
 __all__ = ["EnsembleConfig", "EnsembleBackend", "member_initial_values"]
-
-_PR_SET_PDEATHSIG = 1
-
 
 @dataclass
 class EnsembleConfig(MAPConfig):
@@ -93,17 +84,6 @@ def member_initial_values(bnn, seed: int) -> dict:
     return {s.name: s.from_param(params[s.name].detach()).clone() for s in bnn.sites}
 
 
-def _init_worker(parent: int) -> None:
-    """Worker start: one torch thread; on Linux, die (``SIGKILL``) when the parent process dies."""
-    torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the parent stops us
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os._exit(1)
-
-
 def _fit_member(bnn, x, y, config: EnsembleConfig, seed: int, member: int,
                 progress: bool) -> tuple[MAPFit, Optional[int]]:
     """Member ``member``'s MAP fit and the step at which it met a NaN/inf (``None`` if it finished).
@@ -122,16 +102,12 @@ def _fit_member(bnn, x, y, config: EnsembleConfig, seed: int, member: int,
 
 def _fit_in_workers(bnn, x, y, config: EnsembleConfig, seed: int, members: list[int]) -> list:
     """:func:`_fit_member` of ``members`` in ``config.workers`` local processes, in member order."""
-    pool = cf.ProcessPoolExecutor(min(config.workers, len(members)), mp_context=multiprocessing.get_context("spawn"),
-                                  initializer=_init_worker, initargs=(os.getpid(),))
+    pool = worker_pool(min(config.workers, len(members)))
     try:
         futures = [pool.submit(_fit_member, bnn, x, y, config, seed, k, False) for k in members]
         results = [f.result() for f in futures]
     except BaseException:
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.kill()
+        stop_workers(pool)
         raise
     pool.shutdown()
     return results
