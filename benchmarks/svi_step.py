@@ -8,17 +8,19 @@ mean-field variational family, categorical likelihood, minibatch 256 out of N = 
 * one row per SVI-family backend — ``svi`` (Pyro's ``AutoNormal``; its ELBO path chosen as the
   backend chooses it, :func:`inference.backends.svi.choose_elbo_path`, normally ``fused``),
   ``graves``, ``svi-lrt``, ``sparse-vd``, ``kingma-vd`` (the fused paths of
-  :class:`inference.variational.MeanFieldGuide`) and ``radial`` (Pyro traces), each with its
+  :class:`inference.variational.MeanFieldGuide`) and ``radial`` (its path chosen as the backend
+  chooses it, normally ``fused``: :meth:`inference.variational.AutoRadial.elbo_terms`), each with its
   backend's default options, guide and particle and exactly the per-step work of the shared
   training loop (loss, finiteness checks, gradient norm, Adam — fused where the backend uses
   it —, learning-rate schedule);
-* ``svi (pyro-trace)`` — ``svi`` forced onto Pyro traces, for reference (not in the worst ratio).
+* ``svi (pyro-trace)`` / ``radial (pyro-trace)`` — forced onto Pyro traces, for reference (not in
+  the worst ratio).
 
 Repeats are interleaved (baseline, svi, graves, ..., baseline, ...) and medians reported; a
 ratio is the median of the per-round ratios to the baseline.  Last line:
 ``svi_step_ratio_worst <max over the backends of ratio>``.
 
-Usage: ``python benchmarks/svi_step.py [--rounds 30] [--steps 5] [--threads 1] [--no-trace-reference]``
+Usage: ``python benchmarks/svi_step.py [--rounds 30] [--steps 5] [--threads 1] [--clock wall|cpu] [--no-trace-reference] [--backends svi graves ...]``
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import torch.nn.functional as F
 from inference.backends import BACKENDS
 from inference.backends.svi import choose_elbo_path, svi_particle
 from inference.guides import build_guide
-from inference.training import average_particles, lr_scheduler
+from inference.training import lr_scheduler, optimiser_step
 from zoo import BayesianNetwork, CategoricalLikelihood
 from zoo.architectures import build_architecture
 
@@ -62,7 +64,7 @@ def baseline_step(x, y):
 
 
 def backend_step(x, y, name: str, **options):
-    """The per-step work of :func:`inference.training.run_training_loop` for backend ``name``.
+    """The per-step work of :func:`inference.training.run_training_loop` (:func:`~inference.training.optimiser_step`) for backend ``name``.
 
     Returns ``(step, label)``; the guide, particle and Adam variant are the backend's own.
     """
@@ -79,21 +81,15 @@ def backend_step(x, y, name: str, **options):
         particle, fused_adam, label = backend._particle(bnn, config), True, name
         if hasattr(config, "estimator"):
             label += f" ({config.estimator})"
+        if hasattr(config, "elbo_path"):
+            label += f" ({backend._extra_info(bnn, guide, config)['elbo_path']})"
     params = list(guide.parameters()) + bnn.deterministic_parameters()
     optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
     scheduler = lr_scheduler(optimizer, config, 10**6)
 
     def step():
-        loss, _, _ = average_particles(lambda: particle(guide, x, y, N), config.num_particles, 1.0)
-        if not torch.isfinite(loss):
-            raise RuntimeError("non-finite loss")
-        optimizer.zero_grad()
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, math.inf)
-        if not torch.isfinite(norm):
-            raise RuntimeError("non-finite gradient")
-        optimizer.step()
-        scheduler.step()
+        optimiser_step(lambda: particle(guide, x, y, N), config.num_particles, 1.0, optimizer, scheduler, params,
+                       math.inf, 0, lambda: None)
 
     return step, label
 
@@ -103,36 +99,43 @@ def main():
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=5, help="steps per timed block")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: perf_counter; cpu: this process's CPU time (steadier on a shared machine)")
     parser.add_argument("--no-trace-reference", action="store_true", help="skip svi forced onto Pyro traces")
+    parser.add_argument("--backends", nargs="+", choices=SVI_FAMILY, default=list(SVI_FAMILY),
+                        help="time only these (the worst ratio is then over these only)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(BATCH, 784, generator=g)
     y = torch.randint(0, 10, (BATCH,), generator=g)
     steps = {"baseline": (baseline_step(x, y), "plain torch Adam step (deterministic)")}
-    for name in SVI_FAMILY:
+    for name in args.backends:
         steps[name] = backend_step(x, y, name)
-    if not args.no_trace_reference:
-        steps["svi-trace"] = backend_step(x, y, "svi", elbo_path="pyro-trace")
+    for name in ("svi", "radial"):
+        if not args.no_trace_reference and name in args.backends:
+            steps[f"{name}-trace"] = backend_step(x, y, name, elbo_path="pyro-trace")
     for fn, _ in steps.values():  # warm-up
         for _ in range(3):
             fn()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     times = {k: [] for k in steps}
     for _ in range(args.rounds):
         for name, (fn, _) in steps.items():
-            start = time.perf_counter()
+            start = clock()
             for _ in range(args.steps):
                 fn()
-            times[name].append((time.perf_counter() - start) / args.steps)
+            times[name].append((clock() - start) / args.steps)
     print(f"LeNet-300-100 (784-300-100-10) fully stochastic, batch {BATCH}, N {N}, torch threads {args.threads}, "
-          f"{args.rounds} interleaved rounds x {args.steps} steps")
+          f"{args.rounds} interleaved rounds x {args.steps} steps, {args.clock} clock")
     base = times["baseline"]
     ratios = {}
     for name, (_, label) in steps.items():
         ratios[name] = statistics.median(t / b for t, b in zip(times[name], base))
-        print(f"  {name:10s} {label:40s} median {statistics.median(times[name]) * 1e3:8.2f} ms   ratio {ratios[name]:5.2f}")
-    worst = max(SVI_FAMILY, key=ratios.get)
-    print(f"svi_step_ratio_default {ratios['svi']:.2f}")
+        print(f"  {name:12s} {label:40s} median {statistics.median(times[name]) * 1e3:8.2f} ms   ratio {ratios[name]:5.2f}")
+    worst = max(args.backends, key=ratios.get)
+    if "svi" in ratios:
+        print(f"svi_step_ratio_default {ratios['svi']:.2f}")
     print(f"worst backend: {worst}")
     print(f"svi_step_ratio_worst {ratios[worst]:.2f}")
 

@@ -10,7 +10,14 @@ computes them and calls :func:`to_inference_data`.  Groups written:
   classification): scalar-per-draw quantities whose R-hat/ESS are meaningful for neural
   networks (weights are not identifiable under neuron permutations);
 * ``log_likelihood`` — pointwise ``obs`` ``[chain, draw, obs_id]`` in original units, so
-  ``az.loo`` (Vehtari, Gelman & Gabry 2017) and ``az.waic`` (Watanabe 2010) work;
+  ``az.loo`` (Vehtari, Gelman & Gabry 2017) and ``az.waic`` (Watanabe 2010) work.  A point
+  mass (one chain of one draw: ``map``) is written as two identical draws, with the group
+  attribute ``point_mass = 1``: PSIS needs at least two draws (ArviZ raises an IndexError on
+  one), and with identical draws every importance weight is equal, so ``az.loo`` returns the
+  plug-in estimate elpd_loo = Σ_n log p(y_n | ŵ) with p_loo = 0 and flags it as unreliable
+  (Pareto k̂ = ∞, "very bad"): leave-one-out cross-validation cannot be estimated from a
+  point mass, and the plug-in value is the in-sample log-likelihood, an optimistic score.
+  ``az.waic`` gives the same numbers;
 * ``posterior_predictive`` — observation draws ``obs``; ``observed_data`` — the targets;
 * ``sample_stats`` — the sampler's per-draw statistics, where the backend has them;
 * ``predictions`` (optional) — per-point summaries of the run's own prediction, without
@@ -132,9 +139,10 @@ def to_inference_data(
             attrs={"task": task, "units": "original target units", **(attrs or {})},
         )
         # pointwise log-likelihood has no output dim, so it gets its own dims
-        idata.add_groups(
-            log_likelihood=az.dict_to_dataset({"obs": _np(log_likelihood)}, coords=coords, dims={"obs": ["obs_id"]})
-        )
+        point_mass = tuple(log_likelihood.shape[:2]) == (1, 1)
+        pointwise = _np(log_likelihood.expand(1, 2, n) if point_mass else log_likelihood)
+        idata.add_groups(log_likelihood=az.dict_to_dataset(
+            {"obs": pointwise}, coords=coords, dims={"obs": ["obs_id"]}, attrs={"point_mass": int(point_mass)}))
     extra = {}
     if predictions:
         data_vars = {}

@@ -3,16 +3,31 @@
 The generalised Gauss–Newton matrix (GGN; Schraudolph 2002, Martens 2020) of
 ``−Σ_n log p(y_n | f(x_n; w))`` at weights ``w``:
 
-    G = Σ_n J_nᵀ Λ_n J_n,     J_n = ∂f(x_n; w)/∂w  [O, P],     Λ_n = −∂² log p(y_n | f)/∂f²  [O, O]
+    G = Σ_n J_nᵀ Λ_n J_n,     J_n = ∂f(x_n; w)/∂w  [O, P],     Λ_n = E_y[−∂² log p(y | f_n)/∂f²]  [O, O]
 
-is positive semi-definite and equals the Hessian wherever the network is linear in ``w``
-(e.g. its last layer) and the likelihood is Gaussian.  ``Λ_n`` is factorised as ``L_n L_nᵀ``:
-a Gaussian with noise precisions ``τ`` gives ``L = diag(√τ)``; a categorical with
-probabilities ``p`` gives ``L = diag(√p) − p √pᵀ`` (then ``L Lᵀ = diag(p) − p pᵀ``), so
-``G = Σ_n V_nᵀ V_n`` with ``V_n = L_nᵀ J_n``.  Per-datum Jacobians come from
+with ``Λ_n`` the likelihood's output Fisher (:meth:`zoo.likelihoods.Likelihood.output_fisher`:
+``diag(1/σ²)`` for a Gaussian, ``diag(p) − p pᵀ`` for a categorical, ``diag(1/σ², ½)`` in
+(μ, log σ²) for the heteroscedastic Gaussian, the location Fisher of a Student-t), so every
+likelihood has one.  ``G`` is positive semi-definite and equals the Hessian wherever the network
+is linear in ``w`` (e.g. its last layer) and the likelihood is Gaussian or categorical (there
+the Fisher is the Hessian).  ``Λ_n`` is factorised by its symmetric square root ``L_n`` (``L_n
+L_nᵀ = Λ_n``), so ``G = Σ_n V_nᵀ V_n`` with ``V_n = L_nᵀ J_n``.  Per-datum Jacobians come from
 ``torch.func.jacrev`` in chunks of data whose ``[n, O, P]`` Jacobian stays within a memory
 budget.  :func:`ggn` returns the dense ``[P, P]`` matrix (small subsets: last layer, named
 modules) or its diagonal ``[P]`` (large subsets).
+
+:func:`kfac` returns the Kronecker-factored GGN (KFAC; Martens & Grosse 2015, for the Laplace
+approximation Ritter et al. 2018): one :class:`KronBlock` per ``nn.Linear`` layer, with the
+layer's random parameters as the matrix ``M = [W | b]`` ``[out, k]`` and its block
+
+    G_l ≈ A_l ⊗ B_l  (quadratic form tr(ΔMᵀ B ΔM A)),
+    A = Σ_n a_n a_nᵀ  [k, k],   B = (1/N) Σ_n Σ_o g_no g_noᵀ  [out, out],
+
+``a_n`` the layer's input augmented by 1 for a random bias and ``g_no = ∂(L_nᵀ f_n)_o/∂s_n`` the
+gradient of the ``o``-th column of ``L_nᵀ f_n`` with respect to the layer's output ``s_n``.  It is
+exact for one datum (and for a layer whose ``g`` does not vary over the data, e.g. a single linear
+layer with a Gaussian likelihood); blocks of different layers are zero.  Each chunk of data costs
+one forward pass and ``O`` backward passes; no per-datum Jacobian is formed.
 
 The weights are the flat vector of the network's random *weight* sites in
 ``bnn.sites`` order (:class:`WeightLayout`); likelihood latents such as the noise precision
@@ -20,14 +35,16 @@ are held at given values.
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
+from torch import nn
 from torch.func import jacrev, vmap
 
-from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
-
-__all__ = ["WeightLayout", "hessian_sqrt", "ggn", "jacobian_chunks", "effective_dim"]
+__all__ = ["WeightLayout", "KronBlock", "fisher_sqrt", "ggn", "kfac", "kron_positions", "kfac_unsupported",
+           "jacobian_chunks",
+           "effective_dim"]
 
 #: upper bound on the elements of one chunk's per-datum Jacobian ``[n, O, P]``
 _ELEMENT_BUDGET = 2**24
@@ -62,23 +79,15 @@ class WeightLayout:
         return lambda w, x: self.bnn.forward_single(self.unflatten(w), x)
 
 
-def hessian_sqrt(likelihood, f: torch.Tensor, latents: dict) -> torch.Tensor:
-    """``L`` ``[n, O, O]`` with ``L Lᵀ = −∂² log p(y | f)/∂f²`` at outputs ``f`` ``[n, O]``.
-
-    Gaussian: ``diag(√τ)`` (τ the noise precision per output, fixed or from ``latents``);
-    categorical: ``diag(√p) − p √pᵀ`` with ``p = softmax(f)``.  Neither depends on ``y``.
-    """
-    n, num_out = f.shape
-    if isinstance(likelihood, GaussianLikelihood):
-        sd = likelihood.noise_sd_of({k: v.unsqueeze(0) for k, v in latents.items()}, f.unsqueeze(0))
-        precision = (sd.reshape(-1) ** -2).expand(num_out)
-        return torch.diag_embed(precision.sqrt().expand(n, num_out))
-    if isinstance(likelihood, CategoricalLikelihood):
-        p = torch.softmax(f, dim=-1)
-        return torch.diag_embed(p.sqrt()) - p.unsqueeze(-1) * p.sqrt().unsqueeze(-2)
-    raise ValueError(
-        f"no GGN for likelihood {type(likelihood).__name__}; Laplace supports GaussianLikelihood and CategoricalLikelihood"
-    )
+def fisher_sqrt(likelihood, f: torch.Tensor, latents: dict) -> torch.Tensor:
+    """``L`` ``[n, O, O]`` with ``L Lᵀ = Λ``, the likelihood's output Fisher at outputs ``f`` ``[n, O]``
+    (latents ``{name: [T]}`` held fixed): the symmetric square root ``Q diag(√λ) Qᵀ`` of its
+    eigen-decomposition in float64 (eigenvalues below 0 from round-off clamped to 0), in ``f``'s dtype."""
+    fisher = likelihood.output_fisher(f.detach(), latents).double()
+    if not bool(torch.isfinite(fisher).all()):
+        raise ValueError(f"the output Fisher of {type(likelihood).__name__} is not finite at the MAP outputs")
+    eigenvalues, vectors = torch.linalg.eigh(fisher)
+    return ((vectors * eigenvalues.clamp_min(0.0).sqrt().unsqueeze(-2)) @ vectors.transpose(-1, -2)).to(f.dtype)
 
 
 def jacobian_chunks(layout: WeightLayout, w: torch.Tensor, x: torch.Tensor):
@@ -113,7 +122,7 @@ def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, s
     out = torch.zeros((layout.dim, layout.dim) if structure == "full" else (layout.dim,), dtype=torch.float64)
     with torch.enable_grad():
         for _, f, jac in jacobian_chunks(layout, w.detach(), x):
-            root = hessian_sqrt(likelihood, f, latents)  # [n, O, O]
+            root = fisher_sqrt(likelihood, f, latents)  # [n, O, O]
             v = (root.transpose(-1, -2) @ jac.detach()).double()  # [n, O, P]
             if structure == "full":
                 flat = v.reshape(-1, layout.dim)
@@ -123,6 +132,135 @@ def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, s
     if not bool(torch.isfinite(out).all()):
         raise ValueError("the GGN has non-finite entries; the network's outputs or Jacobians at the MAP are not finite")
     return out
+
+
+@dataclass
+class KronBlock:
+    """The Kronecker-factored GGN block of one ``nn.Linear`` layer (module docstring).
+
+    Attributes:
+        module: the layer's name in the network.
+        positions: ``[out, k]`` int64, where the entries of ``M = [W | b]`` sit in the flat weights ``w``.
+        a: ``[k, k]`` Σ_n a_n a_nᵀ (float64).
+        b: ``[out, out]`` (1/N) Σ_n Σ_o g_no g_noᵀ (float64).
+    """
+
+    module: str
+    positions: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def dense(self) -> torch.Tensor:
+        """The block ``B ⊗ A`` ``[out·k, out·k]`` in the row-major order of ``M`` (``positions.reshape(-1)``)."""
+        return torch.kron(self.b, self.a)
+
+
+def _linear_layers(layout: WeightLayout) -> dict:
+    """``{module name: {"weight": offset, "bias": offset}}`` of the random sites' ``nn.Linear`` layers.
+
+    Raises:
+        ValueError: a random site that is not the whole weight or bias of an ``nn.Linear``.
+    """
+    layers, offset = {}, 0
+    for site, size in zip(layout.bnn.sites, layout.sizes):
+        module_name, _, param = site.name.rpartition(".")
+        module = layout.bnn.net.get_submodule(module_name)
+        if not isinstance(module, nn.Linear) or param not in ("weight", "bias") or site.mask is not None:
+            raise ValueError(f"the Kronecker-factored GGN covers whole weights and biases of nn.Linear layers; the "
+                             f"random site {site.name!r} is not one; use hessian='diag' or 'full'")
+        layers.setdefault(module_name, {})[param] = offset
+        offset += size
+    return layers
+
+
+def kfac_unsupported(layout: WeightLayout) -> Optional[str]:
+    """Why :func:`kfac` cannot treat this model's random sites, or ``None`` when it can."""
+    try:
+        _linear_layers(layout)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def kron_positions(layout: WeightLayout) -> dict:
+    """``{layer name: [out, k] int64}``: where the entries of each layer's ``M = [W | b]`` sit in the flat
+    weights (``W`` or ``b`` left out when it is not random).
+
+    Raises:
+        ValueError: a random site that is not the whole weight or bias of an ``nn.Linear``.
+    """
+    positions = {}
+    for name, offsets in _linear_layers(layout).items():
+        module = layout.bnn.net.get_submodule(name)
+        out, inp = module.out_features, module.in_features
+        columns = []
+        if "weight" in offsets:
+            columns.append(offsets["weight"] + torch.arange(out * inp).reshape(out, inp))
+        if "bias" in offsets:
+            columns.append(offsets["bias"] + torch.arange(out).unsqueeze(1))
+        positions[name] = torch.cat(columns, dim=1)
+    return positions
+
+
+@torch.no_grad()
+def kfac(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor) -> list[KronBlock]:
+    """The Kronecker-factored GGN of the negative log-likelihood of data ``x`` ``[N, ...]`` at ``w`` ``[P]``.
+
+    Args as :func:`ggn`.  Returns one :class:`KronBlock` per ``nn.Linear`` layer holding random sites.
+    Raises:
+        ValueError: a random site outside ``nn.Linear`` layers, a layer called more than once per forward
+            pass (weight sharing) or fed inputs that are not ``[n, in]``, or non-finite factors.
+    """
+    layers = _linear_layers(layout)
+    positions = kron_positions(layout)
+    net, likelihood = layout.bnn.net, layout.bnn.likelihood
+    modules = {name: net.get_submodule(name) for name in layers}
+    factors = {}
+    for name, module in modules.items():
+        k = positions[name].shape[1]
+        factors[name] = [torch.zeros(k, k, dtype=torch.float64, device=w.device),
+                         torch.zeros(module.out_features, module.out_features, dtype=torch.float64, device=w.device)]
+    fn = layout.output_fn()
+    widest = max(max(m.in_features, m.out_features) for m in modules.values())
+    chunk = max(1, _ELEMENT_BUDGET // (widest * max(1, layout.bnn.output_dim) * len(modules)))
+    w = w.detach().requires_grad_(True)  # the layers' outputs must carry a graph
+    for start in range(0, x.shape[0], chunk):
+        seen = {name: [] for name in modules}
+        hooks = [m.register_forward_hook(lambda _m, args, out, name=name: seen[name].append((args[0], out)))
+                 for name, m in modules.items()]
+        try:
+            with torch.enable_grad():
+                f = fn(w, x[start: start + chunk])
+        finally:
+            for hook in hooks:
+                hook.remove()
+        for name, calls in seen.items():
+            if len(calls) != 1:
+                raise ValueError(f"the Kronecker-factored GGN needs each nn.Linear called once per forward pass; "
+                                 f"{name!r} ran {len(calls)} times (weight sharing); use hessian='diag' or 'full'")
+            if calls[0][0].dim() != 2:
+                raise ValueError(f"the Kronecker-factored GGN needs [n, in] inputs to each nn.Linear; {name!r} got "
+                                 f"{tuple(calls[0][0].shape)}; use hessian='diag' or 'full'")
+        root = fisher_sqrt(likelihood, f.detach(), latents)  # [n, O, O]
+        outputs = [seen[name][0][1] for name in modules]
+        for o in range(f.shape[-1]):
+            with torch.enable_grad():
+                grads = torch.autograd.grad((f * root[:, :, o]).sum(), outputs, retain_graph=True)
+            for name, g in zip(modules, grads):
+                g = g.double()
+                factors[name][1] += g.T @ g
+        for name in modules:
+            inputs = seen[name][0][0].detach().double()
+            parts = ([inputs] if "weight" in layers[name] else []) + (
+                [torch.ones_like(inputs[:, :1])] if "bias" in layers[name] else [])
+            a = torch.cat(parts, dim=1)
+            factors[name][0] += a.T @ a
+    blocks = [KronBlock(name, positions[name].to(w.device), a, b / x.shape[0])
+              for name, (a, b) in factors.items()]
+    if not all(bool(torch.isfinite(t).all()) for blk in blocks for t in (blk.a, blk.b)):
+        raise ValueError("the Kronecker factors have non-finite entries; the network's outputs at the MAP are not "
+                         "finite")
+    return blocks
 
 
 def effective_dim(eigenvalues: torch.Tensor, delta: float) -> float:

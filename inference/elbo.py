@@ -190,7 +190,7 @@ def mean_field_normal_elbo_terms(
     the generator Pyro's path uses (and, with minibatches, the data plate's permutation drawn and
     discarded), so for a seed both paths see the same random numbers; weights and KL from
     :class:`_SoftplusNormalDraw`; the likelihood through
-    :meth:`~zoo.bnn.BayesianNetwork.forward_single` and the likelihood's ``log_prob``.
+    :meth:`~zoo.bnn.BayesianNetwork.forward_single` and the likelihood's ``training_log_prob`` (β-NLL for a heteroscedastic likelihood).
 
     Args:
         bnn: the model (a :class:`~zoo.bnn.BayesianNetwork` whose Pyro model is the stock one).
@@ -220,5 +220,5 @@ def mean_field_normal_elbo_terms(
         kl = kl + log_q - latent_priors[name].log_prob(z).sum()
         latent_values[name] = z.unsqueeze(0)
     f = bnn.forward_single(values, x)
-    log_lik = bnn.likelihood.log_prob(f.unsqueeze(0), y, latent_values).sum() * (num_data / x.shape[0])
+    log_lik = bnn.likelihood.training_log_prob(f.unsqueeze(0), y, latent_values).sum() * (num_data / x.shape[0])
     return ElboTerms(log_lik, kl)

@@ -28,7 +28,7 @@ from .variational.meanfield import build_mean_field_guide
 from .variational.protocol import ModuleLocalParams
 from .variational.radial import build_radial_guide
 
-__all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide", "fused_elbo_blocker"]
+__all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide", "fused_elbo_blocker", "stock_model_blocker"]
 
 
 class NormalGuide(ModuleLocalParams, AutoNormal):
@@ -95,6 +95,16 @@ class NormalGuide(ModuleLocalParams, AutoNormal):
         return cached[1]
 
 
+def stock_model_blocker(bnn: BayesianNetwork) -> Optional[str]:
+    """Why ``bnn``'s Pyro program is not the stock :meth:`~zoo.bnn.BayesianNetwork.model` with latent
+    sites (which every fused ELBO path reproduces), or ``None`` when it is."""
+    if not bnn.site_names:
+        return "the model has no latent sites"
+    if type(bnn).model is not BayesianNetwork.model:
+        return f"{type(bnn).__name__} overrides the Pyro model"
+    return None
+
+
 def fused_elbo_blocker(bnn: BayesianNetwork, guide_name: str) -> Optional[str]:
     """Why guide ``guide_name`` on ``bnn`` cannot use the fused ELBO path, or ``None`` when it can.
 
@@ -108,10 +118,9 @@ def fused_elbo_blocker(bnn: BayesianNetwork, guide_name: str) -> Optional[str]:
     """
     if guide_name != "normal" or GUIDES.get("normal") is not _autonormal:
         return f"guide {guide_name!r} is not the built-in mean-field Normal (AutoNormal) guide"
-    if not bnn.site_names:
-        return "the model has no latent sites"
-    if type(bnn).model is not BayesianNetwork.model:
-        return f"{type(bnn).__name__} overrides the Pyro model"
+    blocker = stock_model_blocker(bnn)
+    if blocker is not None:
+        return blocker
     distributions = bnn.prior_distributions()
     for site in bnn.sites:
         try:

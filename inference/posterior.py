@@ -93,8 +93,8 @@ class Posterior:
         Args:
             x: ``[N, ...]`` inputs.
             num_samples: parameter draws ``S`` (default: the posterior's own number).
-            y: optional targets in *original* units (``[N, O]`` or class labels ``[N]``)
-                for log densities and PIT values.
+            y: optional targets in *original* units (``[N, T]`` or class labels ``[N]``)
+                for log densities (``bnn.likelihood.log_prob``) and PIT values (its mixture CDF).
             seed: fixes the parameter draws (variational) and observation noise.
             chunk_size: draws per batched forward pass (default from a memory budget).
         """
@@ -107,27 +107,28 @@ class Posterior:
             per_draw = max(1, x.shape[0] * max(bnn.output_dim, 64))
             chunk_size = max(1, min(num_samples, _DEFAULT_ELEMENT_BUDGET // per_draw))
         generator = torch.Generator().manual_seed(int(seed) + 7919)
-        regression = bnn.likelihood.task == "regression"
+        likelihood = bnn.likelihood
+        regression = likelihood.task == "regression"
         units = self._unit_kwargs()
         fs, ys, noise_vars, log_liks = [], [], [], []
         pit_sum = 0.0
         for values in self._param_chunks(num_samples, seed, chunk_size):
             f = bnn.forward_draws(values, x)
             latents = bnn.latents_of(values)
-            y_draw = bnn.likelihood.sample(f, latents, generator=generator)
+            y_draw = likelihood.sample(f, latents, generator=generator)
             if y is not None:
-                log_liks.append(bnn.likelihood.log_prob(f, y, latents, **units))
+                log_liks.append(likelihood.log_prob(f, y, latents, **units))
             if regression:
                 if y is not None:
-                    pit_sum = pit_sum + bnn.likelihood.cdf(f, y, latents, **units) * f.shape[0]
-                noise_sd = bnn.likelihood.noise_sd_of(latents, f) * bnn.target_scale
-                noise_vars.append((noise_sd**2).expand(f.shape[0], 1, f.shape[-1]))
-                f, y_draw = bnn.to_original_units(f), bnn.to_original_units(y_draw)
+                    pit_sum = pit_sum + likelihood.cdf(f, y, latents, **units) * f.shape[0]
+                noise_vars.append(likelihood.noise_variance(f, latents) * bnn.target_scale**2)
+                f = bnn.to_original_units(likelihood.predictive_mean(f, latents))
+                y_draw = bnn.to_original_units(y_draw)
             fs.append(f)
             ys.append(y_draw)
         f = torch.cat(fs)
         return Prediction(
-            task=bnn.likelihood.task,
+            task=likelihood.task,
             f=f,
             y=torch.cat(ys),
             noise_var=torch.cat(noise_vars) if noise_vars else None,
@@ -141,15 +142,15 @@ class Posterior:
         return {}
 
     def check_targets(self, x, y) -> torch.Tensor:
-        """``y`` validated against ``x`` and the model: finite, one row per input; regression ``[N, O]`` float."""
+        """``y`` validated against ``x`` and the model: finite, one row per input; regression ``[N, T]`` float."""
         y = torch.as_tensor(y)
         check_finite_array(y, "y")
         if y.shape[0] != x.shape[0]:
             raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; they must match")
         if self.bnn.likelihood.task == "regression":
             y = y.reshape(y.shape[0], -1).float()
-            if y.shape[1] != self.bnn.output_dim:
-                raise ValueError(f"y has {y.shape[1]} target columns, the model predicts {self.bnn.output_dim}")
+            if y.shape[1] != self.bnn.target_dim:
+                raise ValueError(f"y has {y.shape[1]} target columns, the model predicts {self.bnn.target_dim}")
         return y
 
     # ------------------------------------------------------------------ export / io
@@ -163,7 +164,9 @@ class Posterior:
         evenly spaced points) are evaluated at exactly those draws.  ``prediction``, the
         :class:`Prediction` that ``predict(x, y=y, seed=seed)`` returned, is stored as per-point
         summaries (:meth:`Prediction.summaries`) in the ``predictions`` group, so that reports
-        read it instead of predicting again; 1-D inputs ``x`` go to ``constant_data``.
+        read it instead of predicting again; 1-D inputs ``x`` go to ``constant_data``.  With
+        ``include_weights=False`` the weight draws are left out but the likelihood's latents (noise
+        precision, degrees of freedom) are still exported.
         """
         y = self.check_targets(x, y)
         if prediction is not None and prediction.f.shape[1] != x.shape[0]:
@@ -194,7 +197,7 @@ class Posterior:
             observation_draws=pred.y.reshape(*shape, *pred.y.shape[1:]),
             f_points=at_points.reshape(*shape, *at_points.shape[1:]),
             point_index=point_index,
-            params=draws if include_weights else None,
+            params=draws if include_weights else ({k: v for k, v in draws.items() if k in bnn.latent_priors()} or None),
             sample_stats=getattr(self, "sample_stats", None),
             predictions=summaries,
             prediction_attrs=prediction_attrs,

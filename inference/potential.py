@@ -221,13 +221,14 @@ def compiled(fn, enabled: bool, *args):
     on other models in the same process neither share nor exhaust one cache (a ``partial`` would
     be wrapped in a frame that all of them share) — and guards can be cut to the input tensors'
     metadata, since ``args`` (model, potential) are fixed for the run, which removes most
-    per-call overhead.
+    per-call overhead (and with them inductor's redundant size asserts inside the call).
     """
     eager = partial(fn, *args)
     if not enabled:
         return eager
     own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
+    # the tensor guards check every input's size and stride, so inductor's own per-call size asserts are redundant
+    options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe, "size_asserts": False, "alignment_asserts": False}
     state = {"fn": partial(torch.compile(own, dynamic=False, options=options), *args)}
 
     def call(*call_args):
@@ -250,6 +251,41 @@ def _map_loss(potential: Potential, z: torch.Tensor) -> torch.Tensor:
 
 def _map_batch_loss(potential: Potential, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return -potential.batch_log_density(z.unsqueeze(0), x, y).squeeze(0) / potential.num_data
+
+
+def _adam_map_step(potential: Potential, lr: float, num_steps: int, z, m, v, t):
+    """One Adam step (Kingma & Ba 2015, with ``torch.optim.Adam``'s defaults β = (0.9, 0.999), ε = 10⁻⁸)
+    on −log π(z)/N at the cosine-annealed rate of step ``t`` (0-based, a 0-d tensor) out of
+    ``num_steps``, from ``lr`` down to ``lr``/10 (``CosineAnnealingLR``'s closed form).
+
+    Returns ``(loss at z, z', m', v', t + 1)``: the whole step is one function of tensors, so it
+    compiles into one call (the optimizer and scheduler objects cost far more than the gradient
+    of a small network).
+    """
+    grad, loss = grad_and_value(partial(_map_loss, potential))(z)
+    m = 0.9 * m + 0.1 * grad
+    v = 0.999 * v + 0.001 * grad * grad
+    step = t + 1
+    rate = 0.1 * lr + 0.45 * lr * (1 + torch.cos(math.pi * t / num_steps))
+    bias1, bias2 = 1 - 0.9**step, 1 - 0.999**step
+    return loss, z - (rate / bias1) * m / (v.sqrt() / bias2.sqrt() + 1e-8), m, v, step
+
+
+def _fused_map(potential: Potential, z: torch.Tensor, map_steps: int, map_lr: float, compile: bool) -> torch.Tensor:
+    """The MAP fit of :func:`initial_point` for a model without trained deterministic parameters:
+    :func:`_adam_map_step` ``map_steps`` times, stopping at a non-finite loss and then returning
+    the last snapshot (taken every 100 steps), as the optimizer path does."""
+    step = compiled(_adam_map_step, compile, potential, map_lr, map_steps)
+    state = (z, torch.zeros_like(z), torch.zeros_like(z), z.new_zeros(()))
+    snapshot = z
+    for k in range(map_steps):
+        loss, *new = step(*state)
+        if not torch.isfinite(loss):
+            return snapshot
+        if k % 100 == 0:
+            snapshot = state[0]
+        state = new
+    return state[0]
 
 
 def endless_batches(data: LoaderBatches, generator: torch.Generator):
@@ -280,7 +316,8 @@ def initial_point(
     ``"map"``: from there, ``map_steps`` full-batch Adam steps (cosine-decayed learning rate
     ``map_lr``) on −log π(z)/N (the MAP in unconstrained coordinates), ``torch.compile``-d
     when ``compile``; deterministic parameters the model trains are optimised jointly and
-    then kept at their fitted values (written into the network).  A non-finite loss stops
+    then kept at their fitted values (written into the network).  Without such parameters
+    (and without ``data``) each Adam step is one compiled function (:func:`_adam_map_step`).  A non-finite loss stops
     the fit at the last finite snapshot (taken every 100 steps).  With ``data`` (the
     potential built on a DataLoader) each step takes the loader's next batch instead, over
     as many of its epochs as ``map_steps`` needs, and the record's log density is summed
@@ -299,6 +336,12 @@ def initial_point(
     if init == "current" or map_steps <= 0:
         with torch.no_grad(), pyro.validation_enabled(False):
             record["init_log_density"] = float(log_density(z.unsqueeze(0)))
+        return z, record
+    if data is None and not bnn.deterministic_parameters():
+        with pyro.validation_enabled(False):
+            z = _fused_map(potential, z, map_steps, map_lr, compile).detach().clone()
+            with torch.no_grad():
+                record.update(map_steps=map_steps, map_lr=map_lr, init_log_density=float(log_density(z.unsqueeze(0))))
         return z, record
     z = z.clone().requires_grad_(True)
     params = [z] + bnn.deterministic_parameters()

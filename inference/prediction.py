@@ -23,12 +23,15 @@ class Prediction:
 
     Attributes:
         task: ``"regression"`` or ``"classification"``.
-        f: network-output draws ``[S, N, O]``: regression outputs in *original* target
-            units, or class logits.
-        y: observation draws (noise included) ``[S, N, O]``, or class labels ``[S, N]``.
-        noise_var: regression noise variance per draw ``[S, 1, O]`` in original units.
+        f: regression: draws of the likelihood's predictive mean E[y | f, θ]
+            (``likelihood.predictive_mean``; the location for Student-t) ``[S, N, T]`` in
+            *original* target units; classification: class logits ``[S, N, K]``.
+        y: observation draws (noise included) ``[S, N, T]``, or class labels ``[S, N]``.
+        noise_var: regression noise variance per draw ``[S, N or 1, T]`` in original units
+            (``likelihood.noise_variance``: ``[S, N, T]`` when it depends on the input,
+            heteroscedastic; ``+inf`` for a Student-t with ν ≤ 2).
         log_lik: ``[S, N]`` log p(y_n | draw s) of given targets in original units, else ``None``.
-        pit: ``[N, O]`` predictive CDF at the given targets (regression), else ``None``.
+        pit: ``[N, T]`` predictive mixture CDF at the given targets (regression), else ``None``.
     """
 
     task: str
@@ -50,25 +53,26 @@ class Prediction:
 
     @property
     def mean(self) -> torch.Tensor:
-        """Predictive mean ``[N, O]`` (regression) or mean class probabilities ``[N, K]``."""
+        """Predictive mean ``[N, T]`` (regression) or mean class probabilities ``[N, K]``."""
         if self.task == "classification":
             return self.probs.mean(0)
         return self.f.mean(0)
 
     @property
     def sd(self) -> torch.Tensor:
-        """Predictive sd ``[N, O]`` including observation noise: sqrt(Var[f] + E[σ²])."""
+        """Predictive sd ``[N, T]`` including observation noise: sqrt(Var[f] + E[σ²]) (law of total
+        variance; ``+inf`` when a draw's noise variance is infinite)."""
         self._require("regression")
         return (self.f.var(0, unbiased=False) + self.noise_var.mean(0)).sqrt()
 
     @property
     def epistemic_sd(self) -> torch.Tensor:
-        """sd of the network output across draws ``[N, O]`` (no observation noise)."""
+        """sd of the network output across draws ``[N, T]`` (no observation noise)."""
         self._require("regression")
         return self.f.std(0, unbiased=False)
 
     def interval(self, level: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
-        """Central ``level`` predictive interval ``([N, O], [N, O])`` from the observation draws."""
+        """Central ``level`` predictive interval ``([N, T], [N, T])`` from the observation draws."""
         self._require("regression")
         if not 0 < level < 1:
             raise ValueError(f"interval level must be in (0, 1), got {level}")

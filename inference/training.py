@@ -49,6 +49,7 @@ __all__ = [
     "pretrain",
     "trace_particle",
     "average_particles",
+    "optimiser_step",
     "run_training_loop",
     "fit_guide",
 ]
@@ -190,7 +191,7 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     for _ in tqdm(range(epochs), desc="pretrain", disable=not progress, leave=False):
         for xb, yb in data.epoch(generator):
             f = bnn.forward_single(values, xb)
-            loss = -bnn.likelihood.log_prob(f.unsqueeze(0), yb, latents).mean()
+            loss = -bnn.likelihood.training_log_prob(f.unsqueeze(0), yb, latents).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -217,6 +218,35 @@ def average_particles(particle: Callable, num_particles: int, beta: float):
         loglik = loglik + ell.detach() / num_particles
         kl = kl + divergence.detach() / num_particles
     return loss, loglik, kl
+
+
+def optimiser_step(particle: Callable, num_particles: int, beta: float, optimizer, scheduler, params: list,
+                   clip: float, step: int, result: Callable):
+    """One step of :func:`run_training_loop`: the particle-averaged loss, its finiteness, backward, the
+    gradient norm (clipped at ``clip`` when finite), the optimiser and the schedule.
+
+    With ``clip = inf`` the norm is only computed (:func:`torch.nn.utils.get_total_norm`, the value
+    ``clip_grad_norm_`` returns), not applied: no pass multiplying every gradient by 1.
+
+    Returns:
+        ``(loss, expected_log_likelihood, kl)``, detached.
+    Raises:
+        NonFiniteLossError: a non-finite loss or gradient norm (before any update; ``result()`` attached).
+    """
+    loss, loglik, kl = average_particles(particle, num_particles, beta)
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(step, "the loss", result())
+    optimizer.zero_grad()
+    loss.backward()
+    if math.isfinite(clip):
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if not torch.isfinite(norm):
+        raise NonFiniteLossError(step, "the gradient", result())
+    optimizer.step()
+    scheduler.step()
+    return loss.detach(), loglik, kl
 
 
 def run_training_loop(
@@ -262,18 +292,11 @@ def run_training_loop(
         beta = 1.0
         for xb, yb in data.epoch(generator):
             beta = kl_weight(epoch + (step % steps_per_epoch) / steps_per_epoch, config.kl_warmup_epochs, config.kl_anneal_epochs)
-            loss, loglik, kl = average_particles(lambda: particle(xb, yb), config.num_particles, beta)
-            if not torch.isfinite(loss):
-                raise NonFiniteLossError(step, "the loss", result())
-            optimizer.zero_grad()
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, clip)
-            if not torch.isfinite(norm):
-                raise NonFiniteLossError(step, "the gradient", result())
-            optimizer.step()
-            scheduler.step()
+            loss, loglik, kl = optimiser_step(
+                lambda: particle(xb, yb), config.num_particles, beta, optimizer, scheduler, params, clip, step, result
+            )
             step += 1
-            sums[0] += float(loss.detach())
+            sums[0] += float(loss)
             sums[1] += float(loglik)
             sums[2] += float(kl)
         history["epoch"].append(epoch)

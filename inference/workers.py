@@ -1,23 +1,34 @@
-"""Local worker processes that die with their parent: one pool for ensemble members and experiment runs.
+"""Parallel workers: local processes that die with their parent (one pool for ensemble members and
+experiment runs), and Ray tasks.
 
-Workers are spawned (no inherited torch/Pyro state), run one torch thread, ignore Ctrl-C (it
+Local workers are spawned (no inherited torch/Pyro state), run one torch thread, ignore Ctrl-C (it
 reaches the whole process group; the parent stops them) and, on Linux, ask the kernel for
 ``SIGKILL`` when the parent dies (``prctl(PR_SET_PDEATHSIG)``), so a parent killed by ``SIGKILL``
 leaves no worker behind.
+
+:func:`run_calls` runs independent calls ``fn(*args)`` in such a pool or as Ray tasks (one CPU and
+one torch thread each) on the Ray instance this process is connected to — ``ray.init(address=...)``
+before the call for a cluster — or, when there is none, on a local Ray instance with ``workers``
+CPUs that is shut down afterwards.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import ctypes
 import ctypes.util
+import importlib.util
 import multiprocessing
 import os
 import signal
 import sys
+from typing import Callable
 
 import torch
 
-__all__ = ["worker_pool", "stop_workers"]
+__all__ = ["worker_pool", "stop_workers", "run_calls", "check_executor", "EXECUTORS"]
+
+#: where :func:`run_calls` runs: local worker processes or Ray tasks
+EXECUTORS = ("local", "ray")
 
 _PR_SET_PDEATHSIG = 1
 
@@ -48,3 +59,57 @@ def stop_workers(pool) -> None:
             process.kill()
     for process in processes:
         process.join(timeout=5)
+
+
+def check_executor(executor: str, option: str = "executor") -> None:
+    """Raise ``ValueError`` for an unknown executor, or ``"ray"`` without Ray installed."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown {option} {executor!r}; valid: {', '.join(EXECUTORS)}")
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise ValueError(f"{option}='ray' needs Ray: pip install 'bnn-zoo[ray]' (or pip install ray), or use "
+                         f"{option}='local'")
+
+
+def _ray_call(fn: Callable, args: tuple):
+    """A Ray task: ``fn(*args)`` with one torch thread."""
+    torch.set_num_threads(1)
+    return fn(*args)
+
+
+def run_calls(fn: Callable, calls: list[tuple], workers: int, executor: str = "local") -> list:
+    """``[fn(*args) for args in calls]``, run in parallel, results in call order.
+
+    Args:
+        fn: a picklable (module-level) function.
+        calls: its argument tuples.
+        workers: local processes (``"local"``), or the CPUs of a local Ray instance started here.
+        executor: ``"local"`` (:func:`worker_pool`) or ``"ray"`` (module docstring).
+    On an error or Ctrl-C the other calls are stopped (local workers killed, Ray tasks cancelled).
+    """
+    check_executor(executor)
+    if executor == "local":
+        pool = worker_pool(min(int(workers), len(calls)))
+        try:
+            results = [f.result() for f in [pool.submit(fn, *args) for args in calls]]
+        except BaseException:
+            stop_workers(pool)
+            raise
+        pool.shutdown()
+        return results
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=max(int(workers), 1), include_dashboard=False, log_to_driver=False, configure_logging=False)
+    handles = []
+    try:
+        task = ray.remote(num_cpus=1)(_ray_call)
+        handles = [task.remote(fn, args) for args in calls]
+        return ray.get(handles)
+    except BaseException:
+        for handle in handles:
+            ray.cancel(handle, force=True)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -26,6 +26,7 @@ from inference.backends import BACKENDS, NonFiniteLossError
 from inference.variational.pruning import PRUNE_MODES
 from zoo.architectures import ARCHITECTURES
 from zoo.data import DATASET_SPECS
+from zoo.likelihoods import LIKELIHOODS
 from zoo.priors import PRIORS
 from zoo.stochastic import SELECTOR_NAMES
 
@@ -98,7 +99,9 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stochastic",
         default="all",
-        help="which parameters are random: " + "; ".join(f"{k} ({v})" for k, v in SELECTOR_NAMES.items()),
+        help="which parameters are random: " + "; ".join(f"{k} ({v})" for k, v in SELECTOR_NAMES.items())
+        + "; mean-head / last-mean-head (heteroscedastic: all / the output layer's mean rows random, the "
+          "variance head deterministic)",
     )
     parser.add_argument("--backend", default="svi", help=f"inference backend: {', '.join(BACKENDS)} (default svi)")
     parser.add_argument("--split", type=int, default=0, help="UCI split index (default 0)")
@@ -116,6 +119,14 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prior-scale", type=float, help="prior scale (default 1.0; pretrained: 0.5)")
     parser.add_argument("--noise", default="learned",
                         help="regression noise: 'learned' (Gamma prior on the precision) or a fixed sd in standardised units")
+    parser.add_argument("--likelihood", choices=[n for n in LIKELIHOODS if LIKELIHOODS[n].task == "regression"],
+                        help="regression likelihood: gaussian (default), heteroscedastic (the net also predicts a "
+                             "log-variance), studentt (heavy tails); classification data use categorical")
+    parser.add_argument("--beta", type=float,
+                        help="heteroscedastic: beta of the beta-NLL training loss, in [0, 1] (default 0.5; 0 = plain "
+                             "NLL; Seitzer et al. 2022)")
+    parser.add_argument("--dof", help="studentt: degrees of freedom, 'learned' (Gamma(2, 0.1) prior; default) or a "
+                                      "fixed number")
     parser.add_argument("--chains", type=_positive_int, help="MCMC chains")
     parser.add_argument("--warmup", type=_non_negative_int, help="MCMC warm-up / burn-in steps")
     parser.add_argument("--thin", type=_positive_int, help="keep every k-th draw")
@@ -160,6 +171,8 @@ def spec_from_args(args) -> RunSpec:
         prior=args.prior,
         prior_scale=args.prior_scale,
         noise=noise,
+        likelihood=args.likelihood,
+        likelihood_options=_likelihood_options(args),
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
@@ -168,6 +181,19 @@ def spec_from_args(args) -> RunSpec:
         prune=args.prune,
         backend_options=options,
     )
+
+
+def _likelihood_options(args) -> dict:
+    """``likelihood_options`` of ``--beta`` / ``--dof``, each checked to apply to ``--likelihood``."""
+    flags = {"--beta": ("heteroscedastic", args.beta), "--dof": ("studentt", args.dof)}
+    for flag, (owner, value) in flags.items():
+        if value is not None and args.likelihood != owner:
+            raise ValueError(f"{flag} applies to --likelihood {owner} only (got --likelihood {args.likelihood or 'gaussian'})")
+    if args.beta is not None:
+        return {"beta": args.beta}
+    if args.dof is not None and args.dof != "learned":
+        return {"dof": _float_arg("--dof", args.dof), "learn_dof": False}
+    return {}
 
 
 def _option_arg(text: str) -> tuple:

@@ -13,6 +13,11 @@ is killed (``SIGKILL``), or, with ``--executor ray``, as Ray tasks on an existin
 (``--ray-address``) or a local Ray instance; the run directories must then be on a file system the
 Ray workers share.  A run that needs another (``Run.after``) is started once that one has finished.
 A run whose fit fails (including :class:`lab.runs.RunFailed`) is listed in ``failures.txt``.
+``--only REGEX`` runs the runs whose key matches (and the runs they need); ``--time-limit S`` starts
+no run after S seconds, lets the started ones finish and writes the tables of what is done (the
+wall-time line says how many runs were left); ``--runs DIR`` keeps the run folders in DIR
+instead of ``OUT/runs``, so grids that hold the same runs (same key and spec: ``bdl-baselines``
+and ``uci-benchmark``) fit them once.
 
 Outputs: ``DIR/results.csv`` (one row per run: labels and metrics), ``DIR/summary.csv`` and
 ``DIR/summary.md`` (mean ± standard error over splits / seeds per configuration, n runs, published
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import re
 import time
 from pathlib import Path
 from typing import Optional
@@ -34,7 +40,7 @@ from zoo.data import load_dataset
 
 from .grid_runs import EXTRAS, Experiment, Run, load_run_data
 from .grids import EXPERIMENTS
-from .runs import RUN_FILES, execute, write_run
+from .runs import RUN_FILES, RunSpec, execute, write_run
 from .store import RunLock, StoreError, check_folder, verify_run
 from .tables import make_figures, summarise, summary_markdown
 
@@ -52,15 +58,27 @@ def _metrics_path(root: Path, key: str) -> Path:
     return Path(root) / key / "metrics.json"
 
 
+def _jsonable_spec(spec: dict) -> dict:
+    return json.loads(json.dumps(to_jsonable(spec)))
+
+
 def is_finished(root, run: Run) -> bool:
-    """Whether ``root/run.key`` holds a complete, undamaged run of the same spec (else it is run again)."""
+    """Whether ``root/run.key`` holds a complete, undamaged run of the same spec (else it is run again).
+
+    A spec written before a :class:`~lab.runs.RunSpec` field existed counts as having that field
+    at its default (so adding a field does not invalidate finished runs).
+    """
     directory = Path(root) / run.key
     try:
         verify_run(directory, RUN_FILES)
         config = json.loads((directory / "config.json").read_text())
     except (StoreError, OSError, json.JSONDecodeError):
         return False
-    return config.get("spec") == json.loads(json.dumps(to_jsonable(run.spec.to_dict())))
+    stored = config.get("spec")
+    if not isinstance(stored, dict):
+        return False
+    defaults = _jsonable_spec(RunSpec(data=run.spec.data).to_dict())
+    return {**defaults, **stored} == _jsonable_spec(run.spec.to_dict())
 
 
 def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optional[int] = 1) -> dict:
@@ -70,7 +88,7 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
     """
     if threads:
         torch.set_num_threads(threads)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     spec = run.spec
     data = load_run_data(run, root, prerequisite)
     if data is None:
@@ -82,6 +100,7 @@ def run_one(run: Run, root, prerequisite: Optional[Run] = None, threads: Optiona
         prerequisite_metrics = json.loads(_metrics_path(root, prerequisite.key).read_text())
         result.metrics["pretrain_seconds"] = prerequisite_metrics["fit_seconds"]
     result.metrics["run_seconds"] = time.perf_counter() - started
+    result.metrics["run_cpu_seconds"] = time.process_time() - cpu_started  # the cost on a shared machine
     write_run(result, Path(root) / run.key, overwrite=True)
     return result.metrics
 
@@ -114,11 +133,24 @@ def _wait_futures(handles):
     return handle, None if err is None else _error_text(err)
 
 
-def _schedule(runs, by_key, finished: set, submit, wait_one, bar) -> dict:
-    """Submit every run once its prerequisite has finished; returns ``{key: error}`` of failed runs."""
+def _schedule(runs, by_key, finished: set, submit, wait_one, bar, deadline: Optional[float] = None,
+              capacity: Optional[int] = None):
+    """Submit every run once its prerequisite has finished, at most ``capacity`` at a time and none
+    after ``deadline`` (``time.monotonic``).
+
+    Returns ``({key: error} of failed runs, [runs never started])``.
+    """
     queue, running, failures = list(runs), {}, {}
     while queue or running:
-        for run in list(queue):
+        if deadline is not None and time.monotonic() >= deadline:
+            if not running:
+                break
+            queue_now = []  # past the deadline: wait for the started runs only
+        else:
+            queue_now = list(queue)
+        for run in queue_now:
+            if capacity is not None and len(running) >= capacity:
+                break
             if run.after is None or run.after in finished:
                 running[submit(run, by_key.get(run.after))] = run
                 queue.remove(run)
@@ -127,7 +159,10 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar) -> dict:
                 queue.remove(run)
                 bar.update()
         if not running:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             failures.update({r.key: f"prerequisite {r.after} is not in the grid" for r in queue})
+            queue = []
             break
         handle, error = wait_one(list(running))
         run = running.pop(handle)
@@ -137,26 +172,26 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar) -> dict:
             failures[run.key] = error
             bar.write(f"run {run.key} failed: {error}")
         bar.update()
-    return failures
+    return failures, queue
 
 
-def _run_local(runs, by_key, finished, root, workers, bar) -> dict:
+def _run_local(runs, by_key, finished, root, workers, bar, deadline=None):
     if workers == 0:
         pool = _Inline()
     else:
         pool = worker_pool(workers)
     threads = None if workers == 0 else 1
     try:
-        failures = _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
-                             _wait_futures, bar)
+        outcome = _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
+                            _wait_futures, bar, deadline, max(int(workers), 1))
     except BaseException:
         stop_workers(pool)
         raise
     pool.shutdown()
-    return failures
+    return outcome
 
 
-def _run_ray(runs, by_key, finished, root, workers, bar, address) -> dict:
+def _run_ray(runs, by_key, finished, root, workers, bar, address, deadline=None):
     try:
         import ray
     except ImportError:
@@ -176,19 +211,45 @@ def _run_ray(runs, by_key, finished, root, workers, bar, address) -> dict:
             return ready[0], _error_text(getattr(err, "cause", None) or err)
 
     try:
-        return _schedule(runs, by_key, finished, lambda r, p: remote.remote(r, str(root), p, 1), wait_one, bar)
+        return _schedule(runs, by_key, finished, lambda r, p: remote.remote(r, str(root), p, 1), wait_one, bar,
+                         deadline, None if deadline is None else max(int(workers), 1))
     finally:
         if started_here:
             ray.shutdown()
 
 
+def _select(runs, only: Optional[str]) -> list:
+    """The runs whose key matches the regular expression ``only`` and, recursively, the runs they need."""
+    if only is None:
+        return runs
+    try:
+        pattern = re.compile(only)
+    except re.error as err:
+        raise ValueError(f"--only {only!r} is not a regular expression: {err}") from None
+    by_key = {r.key: r for r in runs}
+    keep = {r.key for r in runs if pattern.search(r.key)}
+    if not keep:
+        raise ValueError(f"--only {only!r} matches no run key of this grid (e.g. {runs[0].key!r})")
+    todo = list(keep)
+    while todo:
+        after = by_key[todo.pop()].after
+        if after in by_key and after not in keep:
+            keep.add(after)
+            todo.append(after)
+    return [r for r in runs if r.key in keep]
+
+
 def run_experiment(name: str, out, fast: bool = False, executor: str = "local", workers: int = 2,
-                   data_root=None, ray_address: Optional[str] = None, progress: bool = True) -> dict:
+                   data_root=None, ray_address: Optional[str] = None, progress: bool = True,
+                   only: Optional[str] = None, time_limit: Optional[float] = None, runs_dir=None) -> dict:
     """Run grid ``name`` into ``out`` (skipping finished runs) and write its tables and figures.
 
-    Returns ``{"results": DataFrame, "summary": DataFrame, "failures": {key: error},
-    "skipped": n, "files": [paths], "wall_seconds": s}``; ``summary.md`` ends with the wall time
-    of this invocation and the summed run times of all runs in the table.
+    ``only``: a regular expression on run keys (the matching runs and their prerequisites);
+    ``time_limit``: seconds after which no run is started; ``runs_dir``: the folder of run
+    directories (default ``out/runs``).  Returns ``{"results": DataFrame, "summary": DataFrame,
+    "failures": {key: error}, "skipped": n, "not_started": n, "files": [paths], "wall_seconds": s}``;
+    ``summary.md`` ends with the wall time of this invocation and the summed run times of all
+    runs in the table.
     """
     started = time.perf_counter()
     from tqdm.auto import tqdm
@@ -200,29 +261,33 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
         raise ValueError(f"--workers must be 0 (run in this process) or more, got {workers}")
     if data_root is not None and not Path(data_root).is_dir():
         raise ValueError(f"--data-root {data_root} is not a folder")
+    if time_limit is not None and not float(time_limit) > 0:
+        raise ValueError(f"--time-limit must be a positive number of seconds, got {time_limit}")
     runs = experiment.build(fast, None if data_root is None else str(Path(data_root).resolve()))
     if not runs:
         raise ValueError(f"experiment {name!r} has no runs here (its backends are not registered)")
     by_key = {r.key: r for r in runs}
     if len(by_key) != len(runs):
         raise ValueError(f"experiment {name!r} has duplicate run keys")
+    runs = _select(runs, only)
     out = check_folder(out)
-    root = out / "runs"
+    root = out / "runs" if runs_dir is None else check_folder(runs_dir)
     root.mkdir(parents=True, exist_ok=True)
+    deadline = None if time_limit is None else time.monotonic() + float(time_limit)
     with RunLock(out):
         finished = {r.key for r in runs if is_finished(root, r)}
         todo = [r for r in runs if r.key not in finished]
         bar = tqdm(total=len(runs), initial=len(finished), desc=name, unit="run", disable=not progress)
         with bar:
             if executor == "local":
-                failures = _run_local(todo, by_key, finished, root, int(workers), bar)
+                failures, left = _run_local(todo, by_key, finished, root, int(workers), bar, deadline)
             else:
-                failures = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address)
+                failures, left = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address, deadline)
         timing = {"wall_seconds": time.perf_counter() - started, "workers": int(workers), "executor": executor,
-                  "fitted": len(todo), "found_done": len(runs) - len(todo)}
+                  "fitted": len(todo) - len(left), "found_done": len(runs) - len(todo), "not_started": len(left)}
         results, summary, files = write_tables(experiment, runs, root, out, failures, timing)
     return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
-            "files": files, "wall_seconds": timing["wall_seconds"]}
+            "not_started": len(left), "files": files, "wall_seconds": timing["wall_seconds"]}
 
 
 def get_experiment(name: str) -> Experiment:
@@ -254,8 +319,8 @@ def collect(runs, root):
 def write_tables(experiment: Experiment, runs, root, out, failures, timing: Optional[dict] = None):
     """Write results.csv, summary.csv, summary.md, failures.txt and figures into ``out``.
 
-    ``timing`` (``wall_seconds``, ``workers``, ``executor``, ``fitted``, ``found_done``) adds the
-    wall-time line to ``summary.md``.
+    ``timing`` (``wall_seconds``, ``workers``, ``executor``, ``fitted``, ``found_done``, optionally
+    ``not_started``) adds the wall-time line to ``summary.md``.
     """
     out = Path(out)
     results = collect(runs, root)
@@ -281,9 +346,15 @@ def _timing_line(results, timing: Optional[dict]) -> str:
     if timing is None:
         return ""
     summed = float(results["run_seconds"].sum()) if "run_seconds" in results else float("nan")
+    cpu = results["run_cpu_seconds"].dropna() if "run_cpu_seconds" in results else results.iloc[:0]
+    cpu_text = f"; CPU time of the {len(cpu)} runs that record it: {cpu.sum():.0f} s ({cpu.mean():.1f} s per run)" \
+        if len(cpu) else ""
+    left = timing.get("not_started", 0)
+    stopped = (f" **Incomplete: stopped at the time limit with {left} run(s) of the grid not started**; "
+               f"`n` is the number of splits/seeds done per row.") if left else ""
     return (f"\nWall time of this invocation: {timing['wall_seconds']:.0f} s ({timing['fitted']} runs fitted, "
             f"{timing['found_done']} found done; {timing['executor']} executor, {timing['workers']} workers); "
-            f"summed run times of the {len(results)} runs in the table: {summed:.0f} s.\n")
+            f"summed run times of the {len(results)} runs in the table: {summed:.0f} s{cpu_text}.{stopped}\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,6 +374,11 @@ def add_experiment_arguments(parser) -> None:
     parser.add_argument("--data-root", help="data folder: a folder of UCI-layout datasets (uci-benchmark, "
                         "structured-stochasticity: its energy/) or the Euler CSV folder (euler-stochasticity)")
     parser.add_argument("--ray-address", help="address of a running Ray cluster (default: a local Ray instance)")
+    parser.add_argument("--only", metavar="REGEX", help="run only the runs whose key matches (and the runs they need)")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="start no run after this many seconds; the tables show what finished")
+    parser.add_argument("--runs", metavar="DIR", help="folder of the run directories (default OUT/runs); grids "
+                        "holding the same runs (uci-benchmark, bdl-baselines) share them through one DIR")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -311,11 +387,13 @@ def run_experiment_command(args) -> int:
     out = Path(args.out or f"runs/experiments/{args.name}{suffix}")
     started = time.perf_counter()
     report = run_experiment(args.name, out, fast=args.fast, executor=args.executor, workers=args.workers,
-                            data_root=args.data_root, ray_address=args.ray_address, progress=not args.quiet)
+                            data_root=args.data_root, ray_address=args.ray_address, progress=not args.quiet,
+                            only=args.only, time_limit=args.time_limit, runs_dir=args.runs)
     if (out / "summary.md").is_file():
         print((out / "summary.md").read_text())
     print(f"{len(report['results'])} runs finished ({report['skipped']} found done), "
-          f"{len(report['failures'])} failed, {time.perf_counter() - started:.0f} s")
+          f"{len(report['failures'])} failed, {report['not_started']} not started, "
+          f"{time.perf_counter() - started:.0f} s")
     for path in report["files"]:
         print(f"  wrote {path}")
     return 1 if report["failures"] else 0

@@ -7,7 +7,10 @@ builder and a prerequisite run).  Backends that are not registered in
 Experiments (papers in ``docs/references.md``; published numbers in ``../shared/anchors.md``):
 
 * ``euler-stochasticity`` — Bagga et al. 2025, Table 1 (MultiLSTM on Euler angles under strain);
-* ``uci-benchmark`` — bundled UCI regression sets × 20 standard splits × backends × {all, last};
+* ``uci-benchmark`` — bundled UCI regression sets × 20 standard splits × backends × {all, last} × likelihoods;
+* ``uci-nuts`` — the same splits with last-layer NUTS (optional: minutes per split on 2 cores);
+* ``bdl-baselines`` — issue 13's baselines (MAP, deep ensembles, MC dropout, SWAG, MultiSWAG, Laplace)
+  beside SVI, Radial and SGLD on the UCI protocol, and on digits with LeNet-300-100;
 * ``structured-stochasticity`` — Rochussen 2024 (structured fixed-weight patterns vs vanilla MFVI);
 * ``sparse-vd-lenet`` — the variational-MLP dissertation's Table 4.3 on digits (pruning of variational LeNet-300-100; Molchanov et al. 2017);
 * ``radial-mc`` — Nazarovs et al. 2021 (Radial BNN with M MC-KL samples, confidence-set accuracy);
@@ -48,6 +51,10 @@ EULER_VARIANTS = {
                                               "map_steps": 2000, "max_tree_depth": 8}),
     "last-layer Radial": ("radial", "all", True, {"epochs": 60, "batch_size": 256}),
 }
+#: issue 14: the SVI variants again with a likelihood that can follow heavy-tailed / input-dependent residuals
+EULER_LIKELIHOOD_VARIANTS = {f"{variant} · {likelihood}": (variant, likelihood)
+                             for likelihood in ("heteroscedastic", "studentt")
+                             for variant in ("last-layer SVI", "full SVI")}
 #: SGLD step size per task: about 0.5 / (N τ), below the stability limit 2 / (N τ) of the whitened head
 #: (N = 8003 pixels; τ the noise precision in standardised units: ≈ 50 for the angles, ≈ 700 for the increments)
 EULER_SGLD_STEP = {"angles": 1e-6, "euler-increments": 1e-7}
@@ -70,23 +77,26 @@ def _euler(fast: bool, data_root) -> list:
             labels = {"formulation": formulation, "seed": seed}
             det_key = _slug(dataset or "angles", "deterministic", seed)
             lstm = dict(data=data, model="multilstm", seed=seed, batch_size=256, data_options=options)
-            for variant, (backend, stochastic, frozen, backend_options) in EULER_VARIANTS.items():
+            variants = [(v, v, None) for v in EULER_VARIANTS] + [(label, v, likelihood) for label, (v, likelihood)
+                                                                       in EULER_LIKELIHOOD_VARIANTS.items()]
+            for label, variant, likelihood in variants:
+                backend, stochastic, frozen, backend_options = EULER_VARIANTS[variant]
                 if backend not in backends:
                     continue
-                key = _slug(dataset or "angles", variant, seed)
+                key = _slug(dataset or "angles", variant, likelihood or "", seed)
                 generic = {k: v for k, v in backend_options.items() if k in ("epochs", "batch_size", "num_samples")}
                 specific = {k: v for k, v in backend_options.items() if k not in generic}
                 if variant == "deterministic":
                     spec = RunSpec(stochastic="none", epochs=epochs, lr=3e-3, **lstm)
                 elif not frozen:  # full SVI: deterministic pretraining, then VI around it (Bagga et al. 2025's prior)
                     spec = RunSpec(stochastic="all", epochs=vi_epochs, pretrain_epochs=epochs, prior="pretrained",
-                                   lr=1e-3, **generic, **lstm)
-                else:  # a linear head on the frozen body's (whitened) features = the three heads
+                                   lr=1e-3, likelihood=likelihood, **generic, **lstm)
+                else:  # a linear head (2 outputs per target for the heteroscedastic one) on the frozen body's features
                     if backend == "sgld":
                         specific["step_size"] = EULER_SGLD_STEP[dataset or "angles"]
                     spec = RunSpec(data=data, model="mlp", hidden=[], stochastic="all", backend=backend, seed=seed,
-                                   backend_options=specific, **generic)
-                runs.append(Run(key, spec, {**labels, "variant": variant}, extras=("euler",),
+                                   likelihood=likelihood, backend_options=specific, **generic)
+                runs.append(Run(key, spec, {**labels, "variant": label}, extras=("euler",),
                                 dataset="frozen-features" if frozen else dataset, after=det_key if frozen else None))
     return runs
 
@@ -107,30 +117,51 @@ UCI_BACKENDS = {
     "radial": ({}, ("all", "last")),
     "sgld": ({"num_chains": 2, "num_samples": 100, "thin": 10, "warmup_steps": 1000, "step_size": 3e-6},
              ("all", "last")),
-    "nuts": ({"num_chains": 2, "warmup_steps": 200, "num_samples": 200, "map_steps": 5000},
-             ("last",)),  # 'all': too slow on 2 cores
 }
-UCI_STEPS, UCI_BATCH = 2000, 128  # optimisation steps and minibatch of the variational backends
+#: the optional last-layer NUTS grid ``uci-nuts`` (the whole network takes minutes per split on 2 cores)
+UCI_NUTS = {"num_chains": 2, "warmup_steps": 200, "num_samples": 200, "map_steps": 5000}
+#: uci-benchmark's likelihood axis (:data:`zoo.likelihoods.LIKELIHOODS` names)
+UCI_LIKELIHOODS = ("gaussian", "heteroscedastic", "studentt")
+UCI_STEPS, UCI_BATCH = 2000, 128  # optimisation steps and minibatch of the variational backends and MAP fits
+
+
+def _uci_cells(fast: bool, data_root) -> list:
+    """``(split, data, name, epochs)`` of every UCI dataset and split, split-major (an interrupted
+    sweep leaves every configuration with about the same number of splits); ``epochs`` give
+    about :data:`UCI_STEPS` minibatch steps of size :data:`UCI_BATCH`."""
+    cells = []
+    for data in _uci_names(data_root):
+        first = load_uci(data[4:], split=0)
+        epochs = -(-UCI_STEPS // -(-first.n_train // UCI_BATCH))  # ceil(steps / steps per epoch)
+        cells += [(split, data, Path(data[4:]).name, epochs)
+                  for split in range(min(first.info["n_splits"], 3 if fast else 20))]
+    return sorted(cells, key=lambda cell: cell[0])
+
+
+def _uci_run(split, data, name, epochs, backend, stochastic, options, likelihood="gaussian") -> Run:
+    """One UCI run of the shared protocol; identical specs get identical keys in every UCI grid."""
+    variational = backend in ("svi", "radial")
+    spec = RunSpec(data=data, model="mlp", hidden=[50], stochastic=stochastic, backend=backend, split=split,
+                   likelihood=likelihood, backend_options=dict(options), epochs=epochs if variational else None,
+                   batch_size=UCI_BATCH if variational else None)
+    labels = {"dataset": name, "backend": backend, "stochastic": stochastic, "likelihood": likelihood,
+              "split": split}
+    return Run(_slug(name, backend, stochastic, likelihood, split), spec, labels)
 
 
 def _uci(fast: bool, data_root) -> list:
+    """UCI regression × standard splits × {svi, radial, sgld} × {all, last} × :data:`UCI_LIKELIHOODS`."""
     backends = available_backends(list(UCI_BACKENDS))
-    runs = []
-    for data in _uci_names(data_root):
-        name = Path(data[4:]).name
-        first = load_uci(data[4:], split=0)
-        epochs = -(-UCI_STEPS // -(-first.n_train // UCI_BATCH))  # ceil(steps / steps per epoch)
-        for split in range(min(first.info["n_splits"], 3 if fast else 20)):
-            for backend in backends:
-                options, selections = UCI_BACKENDS[backend]
-                variational = backend in ("svi", "radial")
-                for stochastic in selections:
-                    spec = RunSpec(data=data, model="mlp", hidden=[50], stochastic=stochastic, backend=backend,
-                                   split=split, backend_options=dict(options), epochs=epochs if variational else None,
-                                   batch_size=UCI_BATCH if variational else None)
-                    labels = {"dataset": name, "backend": backend, "stochastic": stochastic, "split": split}
-                    runs.append(Run(_slug(name, backend, stochastic, split), spec, labels))
-    return runs
+    return [_uci_run(*cell, backend, stochastic, UCI_BACKENDS[backend][0], likelihood)
+            for cell in _uci_cells(fast, data_root)
+            for likelihood in UCI_LIKELIHOODS for backend in backends for stochastic in UCI_BACKENDS[backend][1]]
+
+
+def _uci_nuts(fast: bool, data_root) -> list:
+    """Last-layer NUTS on a MAP body, Gaussian likelihood, on the uci-benchmark splits."""
+    if not available_backends(["nuts"]):
+        return []
+    return [_uci_run(*cell, "nuts", "last", UCI_NUTS) for cell in _uci_cells(fast, data_root)]
 
 
 PUBLISHED_UCI = {  # RMSE / test LL: MC dropout (Gal & Ghahramani 2016 Table 1), deep ensembles (Lakshminarayanan 2017)
@@ -143,8 +174,64 @@ PUBLISHED_UCI = {  # RMSE / test LL: MC dropout (Gal & Ghahramani 2016 Table 1),
 
 
 def _uci_published(row: dict) -> dict:
-    dropout, ensembles = PUBLISHED_UCI.get(row["dataset"], ("", ""))
+    dropout, ensembles = PUBLISHED_UCI.get(row["dataset"], ("–", "–"))
     return {"MC dropout (published)": dropout, "deep ensembles (published)": ensembles}
+
+
+#: bdl-baselines methods: label -> (backend, stochastic); svi, radial and sgld are uci-benchmark's Gaussian runs
+BDL_METHODS = {
+    "map": ("map", "all"), "ensemble": ("ensemble", "all"), "mc-dropout": ("mc-dropout", "all"),
+    "swag": ("swag", "all"), "multiswag": ("multiswag", "all"), "laplace (last)": ("laplace", "last"),
+    "laplace (all)": ("laplace", "all"), "svi": ("svi", "all"), "radial": ("radial", "all"), "sgld": ("sgld", "all"),
+}
+#: SWAG phase (one snapshot per epoch, ≥ the 20 deviation columns) after an Adam burn-in of half the MAP steps
+BDL_SWAG_EPOCHS = 40
+
+
+def _bdl_options(backend: str, epochs: int) -> dict:
+    """RunSpec fields of a baseline fit whose MAP part takes ``epochs`` (≈ :data:`UCI_STEPS` steps):
+    ensemble members and SWAG burn-ins take half of it each (5 members: Lakshminarayanan et al. 2017,
+    Wilson & Izmailov 2020), Laplace fits its MAP with its own full-batch ``map_steps``."""
+    if backend in ("map", "mc-dropout"):
+        return {"epochs": epochs, "batch_size": UCI_BATCH}
+    if backend == "ensemble":
+        return {"epochs": max(epochs // 2, 1), "batch_size": UCI_BATCH}
+    if backend in ("swag", "multiswag"):
+        return {"epochs": BDL_SWAG_EPOCHS, "batch_size": UCI_BATCH,
+                "backend_options": {"burnin_epochs": max(epochs // 2, 1)}}
+    return {}
+
+
+#: digits (LeNet-300-100): epochs of the MAP-type fits and of the variational backends; seeds
+BDL_DIGITS_EPOCHS = 30
+
+
+def _bdl(fast: bool, data_root) -> list:
+    """Issue 13's baselines on the UCI protocol of uci-benchmark (Gaussian likelihood, every weight
+    random except ``laplace (last)``) and on digits with LeNet-300-100 (seeds in place of splits)."""
+    registered = set(available_backends(sorted({backend for backend, _ in BDL_METHODS.values()})))
+    methods = {m: v for m, v in BDL_METHODS.items() if v[0] in registered}
+    runs = []
+    for split, data, name, epochs in _uci_cells(fast, data_root):
+        labels = {"dataset": name, "split": split}
+        for method, (backend, stochastic) in methods.items():
+            if backend in UCI_BACKENDS:  # the very runs of uci-benchmark (same key and spec: shared with --runs)
+                shared = _uci_run(split, data, name, epochs, backend, stochastic, UCI_BACKENDS[backend][0])
+                key, spec = shared.key, shared.spec
+            else:
+                key = _slug(name, method, split)
+                spec = RunSpec(data=data, model="mlp", hidden=[50], stochastic=stochastic, backend=backend,
+                               split=split, **_bdl_options(backend, epochs))
+            runs.append(Run(key, spec, {**labels, "method": method}))
+    for seed in (0,) if fast else (0, 1, 2):
+        for method, (backend, stochastic) in methods.items():
+            options = _bdl_options(backend, BDL_DIGITS_EPOCHS)
+            if backend in ("svi", "radial"):
+                options = {"epochs": BDL_DIGITS_EPOCHS * 4, "batch_size": UCI_BATCH}
+            spec = RunSpec(data="digits", model="lenet300100", stochastic=stochastic, backend=backend, seed=seed,
+                           **options)
+            runs.append(Run(_slug("digits", method, seed), spec, {"dataset": "digits", "method": method, "seed": seed}))
+    return runs
 
 
 STRUCTURED_VARIANTS = ["all"] + [f"structured:{p}" for p in
@@ -224,8 +311,15 @@ EXPERIMENTS: dict[str, Experiment] = {
                    _euler, ("formulation", "variant"),
                    ("rmse_plain", "rmse_circular", "test_ll", "coverage_90", "rhat_max", "fit_seconds",
                     "pretrain_seconds")),
-        Experiment("uci-benchmark", "UCI regression, standard splits, backends × {all, last}", _uci,
-                   ("dataset", "backend", "stochastic"), ("rmse", "test_ll", "coverage_90", "fit_seconds"),
+        Experiment("uci-benchmark", "UCI regression, standard splits, backends × {all, last} × likelihoods", _uci,
+                   ("dataset", "backend", "stochastic", "likelihood"),
+                   ("rmse", "test_ll", "coverage_90", "fit_seconds"), published=_uci_published),
+        Experiment("uci-nuts", "UCI regression, standard splits, last-layer NUTS on a MAP body (optional, slow)",
+                   _uci_nuts, ("dataset", "backend", "stochastic", "likelihood"),
+                   ("rmse", "test_ll", "coverage_90", "fit_seconds"), published=_uci_published),
+        Experiment("bdl-baselines", "MAP, ensembles, MC dropout, (Multi)SWAG, Laplace, SVI, Radial, SGLD on the "
+                   "UCI protocol and digits", _bdl, ("dataset", "method"),
+                   ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "fit_seconds"),
                    published=_uci_published),
         Experiment("structured-stochasticity", "Rochussen 2024: structured fixed-weight patterns vs vanilla MFVI",
                    _structured, ("init_sd", "variant"), ("rmse_std", "test_ll", "coverage_90", "num_random", "fit_seconds")),

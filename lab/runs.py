@@ -36,7 +36,8 @@ import torch
 from zoo.architectures import ARCHITECTURES, build_architecture
 from zoo.bnn import BayesianNetwork
 from zoo.data import Dataset, load_dataset
-from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
+from zoo.heads import HEAD_PRESETS, head_selector
+from zoo.likelihoods import Likelihood, likelihood_from_spec
 from zoo.priors import PRIORS, make_prior
 from zoo.stochastic import ElementMasks
 from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
@@ -52,7 +53,7 @@ from inference.variational.pruning import PRUNE_MODES, prune
 from .store import check_destination, staged_directory
 
 __all__ = ["RunSpec", "RunResult", "RunFailed", "RUN_FILES", "build_model", "execute", "evaluate_posterior",
-           "Evaluation", "write_run", "validate_spec",
+           "Evaluation", "write_run", "validate_spec", "make_run_likelihood",
            "GENERIC_OPTIONS", "default_epochs"]
 
 #: spec attribute → backend Config field, passed on when set (or defaulted) and the backend has it
@@ -77,8 +78,14 @@ class RunFailed(RuntimeError):
 class RunSpec:
     """Everything that defines one run (all fields JSON-serialisable).
 
-    ``noise`` is ``"learned"`` (Gamma prior on the precision) or a fixed noise sd in
-    standardised target units.  ``None`` options take the backend's / data's defaults.
+    ``likelihood`` is a :data:`zoo.likelihoods.LIKELIHOODS` name (``None``: ``gaussian`` for
+    regression data, ``categorical`` for classification), built with ``likelihood_options``
+    (:func:`zoo.likelihoods.make_likelihood` keywords, e.g. ``{"beta": 0.5}`` or
+    ``{"dof": 5.0, "learn_dof": False}``).  ``noise`` is ``"learned"`` (Gamma prior on the
+    precision) or a fixed noise sd (Gaussian) / scale (Student-t) in standardised target
+    units; it does not apply to the heteroscedastic likelihood, whose network predicts the
+    variance.  A Student-t's degrees of freedom are learned unless ``likelihood_options``
+    fix them.  ``None`` options take the backend's / data's defaults.
     ``backend_options`` holds backend-specific options (e.g. ``num_chains``,
     ``warmup_steps``, ``step_size``, ``mc_kl_samples``).
     """
@@ -94,6 +101,8 @@ class RunSpec:
     prior: str = "normal"
     prior_scale: Optional[float] = None
     noise: Union[str, float] = "learned"
+    likelihood: Optional[str] = None
+    likelihood_options: dict = field(default_factory=dict)
     epochs: Optional[int] = None
     batch_size: Optional[int] = None
     lr: Optional[float] = None
@@ -113,16 +122,10 @@ def default_epochs(num_data: int, batch_size: Optional[int]) -> int:
     return int(min(2000, max(100, math.ceil(_TARGET_STEPS / steps_per_epoch))))
 
 
-def _likelihood(spec: RunSpec, data: Dataset):
-    if data.task == "classification":
-        return CategoricalLikelihood()
-    if spec.noise == "learned":
-        return GaussianLikelihood(learn_noise=True)
-    try:
-        noise_sd = float(spec.noise)
-    except (TypeError, ValueError):
-        raise ValueError(f"noise must be 'learned' or a positive number, got {spec.noise!r}") from None
-    return GaussianLikelihood(noise_sd=noise_sd)
+def make_run_likelihood(spec: RunSpec, task: Optional[str] = None) -> Likelihood:
+    """The spec's likelihood (:func:`zoo.likelihoods.likelihood_from_spec`; ``ValueError`` for a bad
+    name, option or value, or one that does not fit the data's ``task`` when it is given)."""
+    return likelihood_from_spec(spec.likelihood, task, spec.noise, spec.likelihood_options)
 
 
 def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
@@ -133,15 +136,19 @@ def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
     (``stochastic="none"``, SVI backend, the spec's epochs / batch size / lr) and fix the
     pattern's entries at those MAP values, the other weights starting from a fresh init.
     A ``multilstm`` whose LSTM weights are random uses the vmap-able unrolled LSTM.
+    The network has ``likelihood.heads`` outputs per target (mean and log-variance for the
+    heteroscedastic likelihood); ``stochastic="mean-head"`` / ``"last-mean-head"``
+    (:data:`zoo.heads.HEAD_PRESETS`) keep its variance head deterministic.
     """
+    likelihood = make_run_likelihood(spec, data.task)
     preset = parse_structured(spec.stochastic)
-    stochastic = spec.stochastic
+    stochastic = head_selector(spec.stochastic, likelihood.heads) or spec.stochastic
     map_state = _map_state(spec, data) if preset and STRUCTURED_PRESETS[preset]["fixed_value"] == "map" else None
-    unrolled = spec.model == "multilstm" and spec.stochastic not in ("none", "last")
+    unrolled = spec.model == "multilstm" and spec.stochastic not in ("none", "last", "last-mean-head")
     torch.manual_seed(spec.seed)
     net = build_architecture(
-        spec.model, data.input_dim, data.output_dim, hidden=spec.hidden, activation=spec.activation,
-        **({"unrolled": True} if unrolled else {}),
+        spec.model, data.input_dim, data.output_dim * likelihood.heads, hidden=spec.hidden,
+        activation=spec.activation, **({"unrolled": True} if unrolled else {}),
     )
     if preset:
         stochastic = ElementMasks(*preset_masks(net, preset, pretrained_state=map_state, seed=spec.seed))
@@ -149,7 +156,7 @@ def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
         net,
         stochastic=stochastic,
         prior=make_prior(spec.prior, spec.prior_scale),
-        likelihood=_likelihood(spec, data),
+        likelihood=likelihood,
         example_input=data.x_train[:2],
         target_loc=data.y_loc if data.task == "regression" else None,
         target_scale=data.y_scale if data.task == "regression" else None,
@@ -237,6 +244,11 @@ def validate_spec(spec: RunSpec) -> None:
             noise_sd = float("nan")
         if not (math.isfinite(noise_sd) and noise_sd > 0):
             raise ValueError(f"--noise must be 'learned' or a positive number, got {spec.noise!r}")
+    if not isinstance(spec.likelihood_options, dict):
+        raise ValueError(f"likelihood_options must be a dict of likelihood options, got {spec.likelihood_options!r}")
+    likelihood = make_run_likelihood(spec)  # name, options and values; the task is checked with the data
+    if spec.stochastic in HEAD_PRESETS:
+        head_selector(spec.stochastic, likelihood.heads)
     for name in ("split", "seed"):
         value = getattr(spec, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -87,12 +87,30 @@ def _figure_euler(summary, plt):
 
 
 def _figure_uci(summary, plt):
+    """Test RMSE per dataset: one bar group per backend × stochastic subset, one bar per likelihood."""
     datasets = list(dict.fromkeys(summary["dataset"]))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.2 * len(datasets), 3.6), squeeze=False)
+    summary = summary.assign(config=summary["backend"] + " " + summary["stochastic"])
+    series = "likelihood" if "likelihood" in summary else None
+    fig, axes = plt.subplots(1, len(datasets), figsize=(3.6 * len(datasets), 3.8), squeeze=False)
     for ax, name in zip(axes[0], datasets):
-        part = summary[summary["dataset"] == name]
-        _bars(ax, part, "backend", "stochastic", "rmse", "test RMSE")
+        _bars(ax, summary[summary["dataset"] == name], "config", series, "rmse", "test RMSE")
         ax.set_title(name, fontsize=9)
+    return fig
+
+
+def _figure_bdl(summary, plt):
+    """Test log-likelihood per UCI dataset (one bar per method) and digits accuracy."""
+    regression = summary[summary["dataset"] != "digits"] if "test_ll_mean" in summary else summary.iloc[:0]
+    datasets = list(dict.fromkeys(regression["dataset"]))
+    digits = summary[summary["dataset"] == "digits"]
+    panels = len(datasets) + (1 if len(digits) and "accuracy_mean" in digits else 0)
+    fig, axes = plt.subplots(1, max(panels, 1), figsize=(3.6 * max(panels, 1), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], datasets):
+        _bars(ax, regression[regression["dataset"] == name], "method", None, "test_ll", "test log-likelihood")
+        ax.set_title(name, fontsize=9)
+    if panels > len(datasets):
+        _bars(axes[0][-1], digits, "method", None, "accuracy", "test accuracy")
+        axes[0][-1].set_title("digits (LeNet-300-100)", fontsize=9)
     return fig
 
 
@@ -134,7 +152,8 @@ def _figure_radial(summary, plt):
     return fig
 
 
-FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci,
+FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci, "uci-nuts": _figure_uci,
+           "bdl-baselines": _figure_bdl,
            "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
            "radial-mc": _figure_radial}
 """Figure makers ``(summary, pyplot) -> Figure`` per experiment."""

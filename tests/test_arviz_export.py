@@ -76,3 +76,26 @@ def test_loo_subset_is_all_points_or_a_seeded_sorted_subset():
     assert torch.equal(loo_subset(50, seed=0, max_points=10), torch.randperm(50, generator=torch.Generator().manual_seed(0))[:10].sort().values)
     with pytest.raises(ValueError, match="n_train >= 1"):
         loo_subset(0, seed=0)
+
+
+def test_a_point_mass_export_gives_az_loo_the_plug_in_score_flagged_unreliable(tmp_path):
+    import arviz as az
+
+    torch.manual_seed(0)
+    bnn = BayesianNetwork(nn.Linear(1, 1), "all", likelihood=GaussianLikelihood(0.5), output_dim=1)
+    post = SamplePosterior(bnn, {"weight": torch.ones(1, 1, 1, 1), "bias": torch.zeros(1, 1, 1)},
+                           info={"backend": "map"})
+    x = torch.linspace(-2, 2, 25).unsqueeze(-1)
+    y = x + 0.5 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
+    save_netcdf(post.to_arviz(x, y, seed=0), tmp_path / "map.nc")
+    idata = load_netcdf(tmp_path / "map.nc")
+    assert idata.posterior.sizes["draw"] == 1 and idata.log_likelihood.attrs["point_mass"] == 1
+    plug_in = float(torch.distributions.Normal(x, 0.5).log_prob(y).sum())  # Σ log p(y_n | ŵ)
+    with pytest.warns(UserWarning, match="Pareto"):
+        result = az.loo(idata)
+    assert result.elpd_loo == pytest.approx(plug_in, rel=1e-5) and result.p_loo == pytest.approx(0.0, abs=1e-6)
+    assert np.isinf(result.pareto_k.values).all()  # importance sampling from one point cannot be checked
+    assert az.waic(idata).elpd_waic == pytest.approx(plug_in, rel=1e-5)
+    # posteriors with more draws are written as they are
+    many = _regression_posterior().to_arviz(x, y)
+    assert many.log_likelihood.sizes["draw"] == 40 and many.log_likelihood.attrs["point_mass"] == 0

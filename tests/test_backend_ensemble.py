@@ -88,9 +88,20 @@ def test_worker_processes_reproduce_the_sequential_fit():
     assert all(torch.equal(sequential.draws[k], parallel.draws[k]) for k in sequential.draws)
 
 
+@pytest.mark.slow  # starting a local Ray instance and its workers takes ~20-60 s on a busy machine
+def test_ray_tasks_reproduce_the_sequential_fit():
+    x, y = _data(24)
+    sequential = fit(_bnn(), x, y, backend="ensemble", seed=0, num_members=2, epochs=5, progress=False)
+    on_ray = fit(_bnn(), x, y, backend="ensemble", seed=0, num_members=2, epochs=5, workers=2, executor="ray",
+                 progress=False)
+    assert all(torch.equal(sequential.draws[k], on_ray.draws[k]) for k in sequential.draws)
+    assert not torch.equal(on_ray.draws["0.weight"][0], on_ray.draws["0.weight"][1])
+
+
 @pytest.mark.parametrize("options, message", [
     ({"num_members": 0}, r"num_members \(K\) must be at least 1"),
     ({"workers": 0}, "workers must be at least 1"),
+    ({"executor": "dask"}, "unknown executor 'dask'; valid: local, ray"),
     ({"num_members": 2.5}, "must be an integer"),
 ])
 def test_bad_options(options, message):

@@ -94,9 +94,49 @@ def test_multiswag_needs_a_member(conjugate_regression):
         fit(linear_bnn(c), c.x, c.y, backend="multiswag", progress=False, num_members=0)
 
 
-def test_batchnorm_networks_are_refused():
-    x, y = torch.randn(16, 2), torch.randn(16, 1)
-    net = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
-    bnn = BayesianNetwork(net, "all", output_dim=1)
-    with pytest.raises(ValueError, match="BatchNorm"):
-        fit(bnn, x, y, backend="swag", progress=False, **FAST)
+def _batchnorm_problem():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 2, generator=g)
+    y = torch.sin(x[:, :1]) + 0.1 * torch.randn(16, 1, generator=g)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 1))
+    return x, y, BayesianNetwork(net, "all", NormalPrior(1.0), GaussianLikelihood(learn_noise=True), output_dim=1)
+
+
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
+def test_swag_refreshes_batchnorm_statistics_per_draw(tmp_path):
+    x, y, bnn = _batchnorm_problem()
+    post = fit(bnn, x, y, backend="swag", seed=0, progress=False, num_samples=6,
+               **{**FAST, "batch_size": 4, "epochs": 10, "max_rank": 5, "burnin_epochs": 5, "lr": 1e-2})
+    mean, var = post.draws["batchnorm:1.running_mean"][0], post.draws["batchnorm:1.running_var"][0]  # [S, 4]
+    assert mean.shape == (6, 4) and not torch.allclose(mean[0], mean[1]) and not torch.allclose(var[0], var[1])
+    # manual recompute: the pre-BatchNorm activations of each draw over the 4 batches of 4 points in data
+    # order; momentum None averages the batch means and the batches' unbiased variances
+    h = x @ post.draws["0.weight"][0].transpose(-1, -2) + post.draws["0.bias"][0].unsqueeze(1)  # [S, 16, 4]
+    batches = h.reshape(6, 4, 4, 4)
+    assert torch.allclose(mean, batches.mean(2).mean(1), atol=1e-5)
+    assert torch.allclose(var, batches.var(2, unbiased=True).mean(1), atol=1e-5)
+    # each draw predicts with its own statistics (eval-mode BatchNorm)
+    z = (h - mean.unsqueeze(1)) / (var.unsqueeze(1) + 1e-5).sqrt() * post.draws["1.weight"][0].unsqueeze(1) + \
+        post.draws["1.bias"][0].unsqueeze(1)
+    f = torch.tanh(z) @ post.draws["3.weight"][0].transpose(-1, -2) + post.draws["3.bias"][0].unsqueeze(1)
+    assert torch.allclose(post.predict(x, seed=0).f, bnn.to_original_units(f), atol=1e-4)
+    assert torch.equal(bnn.net[1].running_mean, torch.zeros(4))  # the network's own buffers are untouched
+    post.save(tmp_path / "post")
+    loaded = load_posterior(tmp_path / "post")
+    assert torch.equal(loaded.predict(x, y=y, seed=1).log_lik, post.predict(x, y=y, seed=1).log_lik)
+    assert math.isfinite(az.loo(post.to_arviz(x, y)).elpd_loo)
+
+
+def test_multiswag_batchnorm_statistics_at_each_members_mean():
+    x, y, bnn = _batchnorm_problem()
+    post = fit(bnn, x, y, backend="multiswag", seed=0, progress=False, num_members=2, num_samples=3,
+               batchnorm="mean", **{**FAST, "batch_size": None, "epochs": 6, "max_rank": 3, "burnin_epochs": 3})
+    mean = post.draws["batchnorm:1.running_mean"]  # [M, S, 4]
+    assert torch.equal(mean[:, 0], mean[:, 2]) and not torch.allclose(mean[0, 0], mean[1, 0])
+
+
+def test_unknown_batchnorm_refresh_is_a_clear_error():
+    x, y, bnn = _batchnorm_problem()
+    with pytest.raises(ValueError, match="unknown batchnorm 'none'; valid: draw, mean"):
+        fit(bnn, x, y, backend="swag", progress=False, batchnorm="none", **FAST)

@@ -21,7 +21,7 @@ from lab.grid_runs import Experiment, Run, frozen_features
 from lab.grids import EXPERIMENTS
 from lab.experiments import is_finished, run_experiment
 from lab.tables import summarise
-from lab.store import RunLock
+from lab.store import RunLock, seal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -245,3 +245,63 @@ def test_uci_grid_runs_on_any_folder_of_uci_layout_datasets(tmp_path):
     assert {r.labels["dataset"] for r in runs} == {"alpha", "beta"} and {r.labels["split"] for r in runs} == {0, 1, 2}
     assert all(r.spec.data == f"uci:{tmp_path / r.labels['dataset']}" for r in runs)
     assert len(EXPERIMENTS["uci-benchmark"].build(False, str(tmp_path))) == len(runs) // 3 * 4  # all 4 splits
+
+
+def test_uci_grid_has_the_likelihood_axis_split_major_and_shares_runs_with_bdl_baselines():
+    uci = EXPERIMENTS["uci-benchmark"].build(True, None)
+    assert len(uci) == 5 * 3 * 3 * 6  # datasets × splits × likelihoods × (svi, radial, sgld) × {all, last}
+    assert {r.spec.likelihood for r in uci} == {"gaussian", "heteroscedastic", "studentt"}
+    assert {(r.spec.backend, r.spec.stochastic) for r in uci} == {(b, s) for b in ("svi", "radial", "sgld")
+                                                                  for s in ("all", "last")}
+    splits = [r.labels["split"] for r in uci]
+    assert splits == sorted(splits)  # split-major: a sweep stopped early leaves every row the same n
+    bdl = EXPERIMENTS["bdl-baselines"].build(True, None)
+    uci_specs = {r.key: r.spec for r in uci}
+    shared = [r for r in bdl if r.labels["method"] in ("svi", "radial", "sgld") and r.labels["dataset"] != "digits"]
+    assert len(shared) == 5 * 3 * 3 and all(uci_specs[r.key] == r.spec for r in shared)
+    methods = {r.labels["method"] for r in bdl}
+    assert {"map", "ensemble", "mc-dropout", "swag", "multiswag", "laplace (last)", "laplace (all)"} <= methods
+    digits = [r for r in bdl if r.labels["dataset"] == "digits"]
+    assert {r.spec.model for r in digits} == {"lenet300100"} and len(digits) == len(methods)
+    assert len({r.key for r in bdl}) == len(bdl)
+    nuts = EXPERIMENTS["uci-nuts"].build(True, None)
+    assert len(nuts) == 15 and all(r.spec.backend == "nuts" and r.spec.stochastic == "last" for r in nuts)
+
+
+def test_euler_grid_has_likelihood_rows_on_the_frozen_body_and_the_full_net():
+    euler = EXPERIMENTS["euler-stochasticity"].build(True, None)
+    rows = {r.labels["variant"]: r for r in euler if r.labels["formulation"].startswith("angles")}
+    for likelihood in ("heteroscedastic", "studentt"):
+        head, full = rows[f"last-layer SVI · {likelihood}"], rows[f"full SVI · {likelihood}"]
+        assert head.spec.likelihood == full.spec.likelihood == likelihood
+        assert head.dataset == "frozen-features" and head.after == rows["deterministic"].key
+        assert full.after is None and full.spec.prior == "pretrained"
+    assert rows["full SVI"].spec.likelihood is None  # the Gaussian rows keep their specs (finished runs stay valid)
+
+
+def test_only_time_limit_and_shared_run_folder(tmp_path):
+    shared = tmp_path / "store"
+    first = run_experiment("smoke", tmp_path / "a", workers=0, progress=False, only="^head-0$", runs_dir=shared)
+    assert set(first["results"]["key"]) == {"det-0", "head-0"}  # the match and the run it needs
+    assert not (tmp_path / "a" / "runs").exists() and (shared / "head-0" / "COMPLETE").is_file()
+    second = run_experiment("smoke", tmp_path / "b", workers=0, progress=False, runs_dir=shared, time_limit=1e-3)
+    assert second["skipped"] == 2 and second["not_started"] == 4 and len(second["results"]) == 2  # none started
+    assert "Incomplete: stopped at the time limit with 4 run(s) of the grid not started" in (
+        tmp_path / "b" / "summary.md").read_text()
+    with pytest.raises(ValueError, match="matches no run key"):
+        run_experiment("smoke", tmp_path / "c", workers=0, progress=False, only="^nothing$")
+
+
+def test_a_spec_written_before_a_field_existed_is_still_finished(tmp_path):
+    run_experiment("smoke", tmp_path, workers=0, progress=False, only="^det-0$")
+    run = next(r for r in EXPERIMENTS["smoke"].build(False, None) if r.key == "det-0")
+    config_path = tmp_path / "runs" / "det-0" / "config.json"
+    config = json.loads(config_path.read_text())
+    del config["spec"]["likelihood_options"]  # as written by the code before the field
+    config_path.write_text(json.dumps(config))
+    seal(config_path.parent)  # an intact run of the older format
+    assert is_finished(tmp_path / "runs", run)
+    config["spec"]["epochs"] += 1  # a real difference still counts
+    config_path.write_text(json.dumps(config))
+    seal(config_path.parent)
+    assert not is_finished(tmp_path / "runs", run)

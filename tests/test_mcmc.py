@@ -17,7 +17,7 @@ from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit, load_posterior
 from inference.mcmc.adaptation import adaptation_windows, welford_covariance
 from inference.diagnostics import convergence_metrics, convergence_warning
-from inference.potential import Potential, initial_point
+from inference.potential import Potential, _fused_map, _map_loss, initial_point
 from lab.runs import RunSpec, execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
@@ -108,6 +108,26 @@ def test_map_init_reaches_the_posterior_mode(conjugate_regression):
     z, record = initial_point(pot, "map", map_steps=600, map_lr=0.05)
     assert record["init"] == "map"
     assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05  # Gaussian: mode = mean
+
+
+
+def test_fused_map_steps_match_torch_adam_with_cosine_annealing(conjugate_regression):
+    """The one-function MAP step (:func:`inference.potential._adam_map_step`) follows
+    ``torch.optim.Adam`` + ``CosineAnnealingLR`` step for step (float round-off only)."""
+    data = conjugate_regression
+    pot = Potential(linear_bnn(data), data.x, data.y)
+    z0 = pot.pack(pot.bnn.initial_values()).detach()
+    fused = _fused_map(pot, z0, 300, 0.05, compile=False)
+    z = z0.clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([z], lr=0.05)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=300, eta_min=0.005)
+    for _ in range(300):
+        optimizer.zero_grad()
+        _map_loss(pot, z).backward()
+        optimizer.step()
+        scheduler.step()
+    assert not torch.equal(fused, z0)
+    torch.testing.assert_close(fused, z.detach(), rtol=1e-4, atol=1e-5)
 
 
 def test_save_load_arviz_and_loo(tmp_path):

@@ -6,6 +6,7 @@ use fixed seeds and bounds of 4-5 Monte Carlo standard errors (stated at each te
 from __future__ import annotations
 
 import math
+import warnings
 from functools import partial
 from typing import NamedTuple
 
@@ -19,7 +20,8 @@ from inference.mcmc.driver import run_chains, thinned
 from inference.mcmc.integrators import IntegratorState, energy, leapfrog
 from inference.mcmc.kernels import HMCState, hmc_transition, nuts_transition
 from inference.mcmc.metrics import euclidean_metric, kinetic_energy, sample_momentum, velocity
-from inference.mcmc.nuts import block_masks, is_turning, subtree_step
+from inference.mcmc.nuts import Checkpoints, Edge, Proposal, block_masks, build_subtree, is_turning, new_subtree, subtree_step
+from inference.potential import compiled
 from inference.mcmc.sgmcmc import as_schedule, cosine_cycle, polynomial_decay, psgld, sghmc, sgld
 
 
@@ -134,14 +136,65 @@ def test_u_turn_rule_is_per_chain_and_uses_the_velocity():
 
 def test_block_masks_follow_aligned_sub_trees():
     """In a subtree of 2^j steps, the aligned blocks of 2^k steps start at multiples of 2^k and end one before."""
-    masks = block_masks(3)
+    sizes = 2 ** torch.arange(1, 4)
     for i in range(8):
-        store, check = masks(i, 3)
+        store, check = block_masks(torch.tensor(i), torch.tensor(8), sizes)
         for k in range(1, 4):
             assert bool(store[k - 1]) == (i % 2**k == 0)
             assert bool(check[k - 1]) == ((i + 1) % 2**k == 0)
-    store, check = masks(0, 1)  # depth 1: levels above j are never used
+    store, check = block_masks(torch.tensor(0), torch.tensor(2), sizes)  # depth 1: levels above j are never used
     assert store.tolist() == [True, False, False] and check.tolist() == [False, False, False]
+
+
+def _one_subtree(subtree, vg, num_steps: int, chains: int = 4, depth: int = 5):
+    """A subtree of ``num_steps`` from fixed starting points on a 3-D Gaussian, built by ``subtree``."""
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(chains, 3, generator=g, dtype=torch.float64)
+    p = torch.randn(chains, 3, generator=g, dtype=torch.float64)
+    lp, grad = vg(z)
+    energy0 = 0.5 * (p * p).sum(-1) - lp
+    zeros = torch.zeros(chains, dtype=torch.float64)
+    checkpoints = Checkpoints(*(z.new_zeros(depth, chains, 3) for _ in range(3)))
+    tree = new_subtree(Edge(z, p, lp, grad, p.clone()), torch.ones(chains, dtype=torch.bool),
+                       Proposal(z.clone(), lp.clone(), grad.clone(), energy0.clone()), checkpoints, zeros, zeros.clone(),
+                       torch.zeros(chains, dtype=torch.bool))  # fmt: skip
+    u = torch.rand(2 ** (depth - 1), chains, generator=g, dtype=torch.float64)
+    eps = torch.tensor([[0.3], [-0.3], [0.05], [0.9]], dtype=torch.float64)
+    return subtree(torch.ones(chains, 3, dtype=torch.float64), eps, energy0, tree, u, torch.tensor(num_steps), 2 ** torch.arange(1, depth + 1))
+
+
+def _by_hand(vg):
+    def subtree(inv_mass, eps, energy0, tree, u, num_steps, sizes):
+        for i in range(int(num_steps)):
+            tree = subtree_step(vg, 1000.0, inv_mass, eps, energy0, tree, u[i], *block_masks(i, num_steps, sizes))
+        return tree
+
+    return subtree
+
+
+def _assert_same_tree(a, b):
+    for x, y in zip(a.proposal + (a.n_steps, a.accept_sum, a.rho, a.log_w), b.proposal + (b.n_steps, b.accept_sum, b.rho, b.log_w)):
+        torch.testing.assert_close(x, y)
+    assert torch.equal(a.alive, b.alive) and torch.equal(a.diverging, b.diverging)
+
+
+def test_build_subtree_repeats_the_step():
+    """``build_subtree`` is ``num_steps`` calls of ``subtree_step`` with the block masks of each
+    step; stopping once every chain has stopped does not change the tree."""
+    vg = gaussian(random_spd(3, 0))
+    reference = _one_subtree(_by_hand(vg), vg, 16)
+    assert not bool(reference.alive.all())  # some chain turned inside the subtree: the masks matter
+    _assert_same_tree(_one_subtree(partial(build_subtree, vg, 1000.0), vg, 16), reference)
+
+
+@pytest.mark.slow
+def test_compiled_subtree_is_the_same_tree():
+    """The compiled ``while_loop`` (one call per subtree) builds the same tree as the Python loop."""
+    vg = gaussian(random_spd(3, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a failed compile would fall back to eager with a warning
+        fused = _one_subtree(compiled(build_subtree, True, vg, 1000.0), vg, 16)
+    _assert_same_tree(fused, _one_subtree(_by_hand(vg), vg, 16))
 
 
 def test_nuts_trajectory_stops_within_half_a_period():
@@ -149,7 +202,7 @@ def test_nuts_trajectory_stops_within_half_a_period():
     every trajectory before it spans half a period (π/ε steps), and most well after one step."""
     chains, eps = 200, 0.1
     vg = gaussian(torch.eye(1))
-    transition = partial(nuts_transition, partial(subtree_step, vg, 1000.0), block_masks(10), 10)
+    transition = partial(nuts_transition, partial(build_subtree, vg, 1000.0), 10)
     g = torch.Generator().manual_seed(0)
     z = torch.randn(chains, 1, generator=g)
     state, info = transition(HMCState(z, *vg(z)), torch.full((chains,), eps), euclidean_metric(torch.ones(chains, 1)), g)

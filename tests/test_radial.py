@@ -139,3 +139,78 @@ def test_bad_radial_input_gives_clear_errors():
         fit(laplace, x, y, backend="radial", epochs=1, progress=False)
     post = fit(laplace, x, y, backend="radial", epochs=1, progress=False, mc_kl_estimator="naive")
     assert math.isfinite(post.info["history"]["loss"][0])
+
+
+@pytest.mark.parametrize("estimator", ["reparameterized", "naive"])
+@pytest.mark.parametrize("batch", [None, 4])
+def test_fused_radial_elbo_gives_the_trace_path_numbers_for_a_seed(estimator, batch):
+    """:meth:`AutoRadial.elbo_terms` (no Pyro traces): same values and gradients as the trace path,
+    draw after draw, with a learned noise precision (a constrained latent) and minibatches."""
+    bnn = _bnn(likelihood=GaussianLikelihood(learn_noise=True))
+    guide = build_guide("radial", bnn, init_scale=0.3, mc_kl_samples=3, mc_kl_estimator=estimator, chunk_elements=8)
+    with torch.no_grad():
+        for param in guide.parameters():
+            param.add_(0.3 * torch.randn(param.shape, generator=torch.Generator().manual_seed(4)))
+    x, y = torch.randn(10, 2), torch.randn(10, 1)
+    n, params = batch or 10, list(guide.parameters()) + bnn.deterministic_parameters()
+    results = {}
+    for path in ("fused", "trace"):
+        pyro.set_rng_seed(11)
+        results[path] = []
+        for _ in range(3):
+            if path == "fused":
+                ell, kl = guide.elbo_terms(bnn, x[:n], y[:n], 10)
+            else:
+                terms = elbo_terms(bnn.model, guide, x[:n], y[:n], 10)
+                ell, kl = terms.expected_log_likelihood, terms.kl
+            grads = torch.autograd.grad(kl - ell, params)
+            results[path].append((torch.stack([ell, kl]).detach(), torch.cat([g.reshape(-1) for g in grads])))
+    for (fused_terms, fused_grad), (trace_terms, trace_grad) in zip(results["fused"], results["trace"]):
+        torch.testing.assert_close(fused_terms, trace_terms, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(fused_grad, trace_grad, rtol=1e-4, atol=1e-4)
+
+
+def test_radial_backend_takes_the_fused_path_and_fits_as_the_trace_path():
+    bnn = _bnn(likelihood=GaussianLikelihood(learn_noise=True))
+    x, y = torch.randn(12, 2), torch.randn(12, 1)
+    options = dict(epochs=3, batch_size=5, progress=False, mc_kl_samples=2, seed=1)
+    fused = fit(bnn, x, y, backend="radial", **options)
+    trace = fit(bnn, x, y, backend="radial", elbo_path="pyro-trace", **options)
+    assert fused.info["elbo_path"] == "fused" and trace.info["elbo_path"] == "pyro-trace"
+    for a, b in zip(fused.guide.parameters(), trace.guide.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert fused.info["history"]["loss"] == pytest.approx(trace.info["history"]["loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("prior_scale", [1.5, "tensor"])
+def test_exact_cross_entropy_is_the_limit_of_the_monte_carlo_estimator(prior_scale):
+    """E ξ = 0 and E ξ_i² = 1/D make the Normal-prior cross-entropy a closed form: the reparameterized
+    estimator with M draws scatters around it with its own MC standard error, and so do its gradients."""
+    shape = (6, 5)
+    torch.manual_seed(3)
+    loc, scale = torch.randn(shape).requires_grad_(), (0.2 + torch.rand(shape)).requires_grad_()
+    s = 1.5 if prior_scale == 1.5 else 0.5 + torch.rand(shape)
+    prior = pyro.distributions.Normal(torch.full(shape, 0.3), torch.as_tensor(s).expand(shape)).to_event(2)
+    exact = radial_cross_entropy(loc, scale, prior, 1, "exact")
+    torch.manual_seed(0)
+    draws = torch.stack([radial_cross_entropy(loc, scale, prior, 1, "reparameterized") for _ in range(4000)])
+    se = draws.std() / math.sqrt(len(draws))
+    assert abs(float(draws.detach().mean() - exact.detach())) < 4 * float(se.detach()) + 1e-6
+    grad_exact = torch.autograd.grad(exact, (loc, scale))
+    grad_mc = torch.autograd.grad(radial_cross_entropy(loc, scale, prior, 20000, "reparameterized"), (loc, scale))
+    for exact_g, mc_g in zip(grad_exact, grad_mc):
+        torch.testing.assert_close(mc_g, exact_g, atol=0.02, rtol=0.02)
+
+
+def test_radial_estimator_defaults_and_errors():
+    bnn = _bnn()
+    assert build_guide("radial", bnn).mc_kl_estimator == "exact"
+    guide = build_guide("radial", bnn, mc_kl_samples=4)
+    assert (guide.mc_kl_estimator, guide.mc_kl_samples) == ("reparameterized", 4)
+    guide = build_guide("radial", bnn, mc_kl_estimator="naive")
+    assert (guide.mc_kl_estimator, guide.mc_kl_samples) == ("naive", 10)
+    with pytest.raises(ValueError, match="no effect with mc_kl_estimator='exact'"):
+        build_guide("radial", bnn, mc_kl_samples=4, mc_kl_estimator="exact")
+    x, y = torch.randn(8, 2), torch.randn(8, 1)
+    post = fit(bnn, x, y, backend="radial", epochs=2, progress=False)
+    assert post.info["mc_kl_estimator"] == "exact" and post.info["mc_kl_samples"] is None

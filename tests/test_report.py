@@ -27,9 +27,11 @@ from inference.members import member_metrics
 from inference.metrics import ece_from_probs
 from lab.cli import main
 from lab.report import RUN_SECTIONS, Run, open_run, render_run, render_section, write_comparison, write_report
+from lab.report.likelihood import binned_residuals, fixed_rows, latent_rows, noise_sd, pit_tail_rows
 from lab.report.predictive import LEVELS, coverage_curve, pit_values
 from lab.runs import RunResult, RunSpec, execute, write_run
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
+from zoo.likelihoods import StudentTLikelihood
 from zoo.data import load_dataset
 
 IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -54,6 +56,22 @@ def _fit(out, *args):
 def svi_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "svi"
     _fit(out, "--data", "toy1d", "--model", "mlp", "--stochastic", "last", "--backend", "svi", "--report")
+    return out
+
+
+@pytest.fixture(scope="module")
+def heteroscedastic_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "het"
+    _fit(out, "--data", "toy1d", "--model", "mlp", "--stochastic", "last", "--backend", "svi",
+         "--likelihood", "heteroscedastic", "--beta", "0.25")
+    return out
+
+
+@pytest.fixture(scope="module")
+def studentt_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "studentt"
+    _fit(out, "--data", "toy1d", "--model", "mlp", "--stochastic", "last", "--backend", "svi",
+         "--likelihood", "studentt")
     return out
 
 
@@ -165,7 +183,7 @@ def test_incomplete_or_changed_run_folders_are_refused(svi_run, tmp_path, capsys
         write_report(damaged)
 
 
-def test_reports_never_predict_or_load_data(svi_run, mcmc_run, monkeypatch):
+def test_reports_never_predict_or_load_data(svi_run, mcmc_run, heteroscedastic_run, monkeypatch):
     """Every section of a run folder's report comes from its files: predicting or loading data fails here."""
     def forbidden(*args, **kwargs):
         raise AssertionError("a report must not predict, export or load data again")
@@ -174,7 +192,7 @@ def test_reports_never_predict_or_load_data(svi_run, mcmc_run, monkeypatch):
         monkeypatch.setattr(Posterior, name, forbidden)
     for where in ("zoo.data.load_dataset", "zoo.data.registry.load_dataset", "lab.runs.load_dataset"):
         monkeypatch.setattr(where, forbidden)
-    for run in (svi_run, mcmc_run):
+    for run in (svi_run, mcmc_run, heteroscedastic_run):
         page = html.unescape(render_run(run))
         assert 'class="error"' not in page, re.findall(r'class="error">([^<]*)', page)
         assert "elpd_loo" in page and "PIT histogram" in page and "predictive bands" in page
@@ -204,7 +222,7 @@ def test_report_from_an_in_memory_result_matches_the_folder(tmp_path):
     unwritten = dataclasses.replace(result, directory=None)
     assert Run.from_result(unwritten).name == "toy1d-mlp-last-svi-seed0"
     in_memory = Run.from_result(unwritten, name="run")
-    for title in ("LOO", "Calibration", "Predictive bands", "Convergence", "Variational layers"):
+    for title in ("LOO", "Calibration", "Predictive bands", "Convergence", "Variational layers", "Likelihood"):
         from_files = render_section(tmp_path / "run", title)
         assert render_section(result, title) == from_files == render_section(in_memory, title), title
     with pytest.raises(ValueError, match="in memory only"):
@@ -223,6 +241,7 @@ def test_classification_report_has_reliability_and_ece(tmp_path):
     stored_ece = ece_from_probs(torch.as_tensor(run.predictions()["probs"].values), labels)
     assert stored_ece == json.loads((out / "metrics.json").read_text())["ece"]
     assert "Not applicable: predictive bands are drawn for regression only" in page
+    assert "Not applicable: classification runs use the categorical likelihood" in page
     assert _images_decode(page) >= 5
 
 
@@ -322,3 +341,131 @@ def test_members_section_of_a_classification_ensemble_reads_disagreement_in_nats
     rows = _member_rows(section)
     assert rows["mixture (BMA)"][0] == pytest.approx(stored["mixture"]["accuracy"], rel=1e-3)
     assert 0 <= stored["disagreement"] <= np.log(2)
+
+
+# ---------------------------------------------------------------------- the likelihood section
+def test_run_sections_include_the_likelihood_section():
+    titles = [title for title, _ in RUN_SECTIONS]
+    assert len(RUN_SECTIONS) == 10 and len(set(titles)) == 10
+    assert titles.index("Likelihood: observation model, its latents and residual check") == \
+        titles.index("Predictive bands (1-D inputs)") + 1
+
+
+def _cells(section: str) -> dict:
+    """``{first cell: [other cells]}`` of every table row of a section."""
+    rows = re.findall(r"<tr><td>([^<]*)</td>((?:<td>[^<]*</td>)*)</tr>", section)
+    return {label: re.findall(r"<td>([^<]*)</td>", cells) for label, cells in rows}
+
+
+def test_likelihood_section_of_a_heteroscedastic_run_bins_residuals_by_predicted_noise(heteroscedastic_run):
+    section = html.unescape(render_section(heteroscedastic_run, "Likelihood"))
+    assert 'class="error"' not in section
+    assert "β-NLL weight β = 0.25" in section and "HeteroscedasticGaussianLikelihood(beta=0.25)" in section
+    assert "Not applicable: this likelihood has no latent parameters" in section
+    assert "PIT QQ plot" in section and _images_decode(section) == 2  # QQ plot, binned residuals
+    run = open_run(heteroscedastic_run)
+    pred = run.predictions()
+    y = run.idata.observed_data["obs"].values.reshape(-1)
+    noise = noise_sd(pred["sd"].values[:, 0], pred["epistemic_sd"].values[:, 0])
+    rows = binned_residuals(noise, pred["sd"].values[:, 0], np.abs(y - pred["mean"].values[:, 0]))
+    assert [r[0] for r in rows] == [100] * 5 and sorted(r[1] for r in rows) == [r[1] for r in rows]
+    assert f"<td>0</td><td>100</td><td>{rows[0][1]:.4g}</td>" in section
+
+
+def test_stored_summaries_give_the_predicted_noise_sd(heteroscedastic_run):
+    """sqrt(sd² − epistemic_sd²) of the stored summaries is sqrt(E_s[σ²(x)]) of predicting again."""
+    run = open_run(heteroscedastic_run)
+    pred = load_posterior(heteroscedastic_run / "posterior").predict(
+        load_dataset("toy1d", seed=0).x_test, num_samples=run.predictions().attrs["num_samples"], seed=0)
+    stored = noise_sd(run.predictions()["sd"].values, run.predictions()["epistemic_sd"].values)
+    assert pred.noise_var.shape[1] == stored.shape[0]  # heteroscedastic: one noise variance per point
+    np.testing.assert_allclose(stored, pred.noise_var.mean(0).sqrt().numpy(), rtol=2e-3)
+    assert stored.max() > 2 * stored.min()  # the variance head varies with x
+
+
+def test_likelihood_section_of_a_studentt_run_shows_scale_and_dof_posteriors(studentt_run):
+    section = html.unescape(render_section(studentt_run, "Likelihood"))
+    run = open_run(studentt_run)
+    scale = float(run.posterior.bnn.target_scale[0])
+    post = run.idata.posterior
+    cells = _cells(section)
+    dof = post["dof"].values.ravel()
+    s = scale / np.sqrt(post["noise_precision"].values.ravel())
+    for label, draws in (("degrees of freedom ν", dof), ("scale s", s)):
+        row = [float(c) for c in cells[label][1:7]]
+        np.testing.assert_allclose(row[:3], [draws.mean(), *np.quantile(draws, [0.05, 0.95])], rtol=1e-3)
+        with quiet_arviz():
+            assert row[5] == pytest.approx(az.ess(draws.reshape(1, -1), method="bulk"), rel=1e-3)
+    # priors: ν ~ Gamma(2, 0.1); s = 1/√precision with precision ~ Gamma(1, 0.01) = Exponential(mean 100)
+    np.testing.assert_allclose([float(c) for c in cells["degrees of freedom ν"][4:6]],
+                               [3.5536, 47.439], rtol=1e-3)
+    np.testing.assert_allclose(float(cells["scale s"][5]), scale / np.sqrt(-100 * np.log(0.95)), rtol=1e-3)
+    assert "<th>r_hat</th>" not in section and "<th>ess_bulk</th>" in section  # one chain: no R-hat column
+    assert _images_decode(section) == 1 and "does not vary with x" in section
+    bare = Run("bare", run.metrics, run.config, run.idata)  # no saved posterior: the spec, standardised units
+    fallback = html.unescape(render_section(bare, "Likelihood"))
+    assert "from the run spec (config.json)" in fallback and "standardised target units" in fallback
+    assert float(_cells(fallback)["scale s"][1]) == pytest.approx(float(cells["scale s"][1]) / scale, rel=1e-3)
+
+
+def test_likelihood_latents_of_two_chains_get_rhat_and_a_warning_when_chains_disagree():
+    data = load_dataset("toy1d", seed=0)
+    bnn = BayesianNetwork(torch.nn.Linear(1, 1), stochastic="all", prior=NormalPrior(1.0),
+                          likelihood=StudentTLikelihood(learn_scale=True, learn_dof=True),
+                          example_input=data.x_train[:2], target_loc=data.y_loc, target_scale=data.y_scale)
+    g = torch.Generator().manual_seed(0)
+    chains, draws = 2, 100
+    params = {"weight": 1 + 0.01 * torch.randn(chains, draws, 1, 1, generator=g),
+              "bias": 0.01 * torch.randn(chains, draws, 1, generator=g),
+              "noise_precision": 4 + torch.rand(chains, draws, 1, generator=g),
+              "dof": torch.tensor([5.0, 9.0]).view(2, 1, 1) + torch.randn(chains, draws, 1, generator=g)}
+    posterior = SamplePosterior(bnn, params, info={"backend": "nuts", "seed": 0})
+    y = data.y_test_original()
+    idata = posterior.to_arviz(data.x_test, y, seed=0, prediction=posterior.predict(data.x_test, y=y, seed=0))
+    run = Run("two-chains", {"task": "regression"}, {"spec": {}}, idata, posterior=posterior)
+    rows, header = latent_rows(run, bnn.likelihood, data.y_scale.double().numpy())
+    assert header[-1] == "r_hat"
+    with quiet_arviz():
+        assert rows[1][-1] == pytest.approx(az.rhat(params["dof"][..., 0].numpy()))
+    assert rows[1][-1] > 1.1 and rows[0][-1] < 1.05  # ν: chains at 5 and 9; the scale: one distribution
+    section = html.unescape(render_section(run, "Likelihood"))
+    assert "R-hat > 1.01 for degrees of freedom ν (target 0)" in section and "scale s (target 0)" not in section
+
+
+def test_fixed_noise_is_shown_in_both_units(mcmc_run):
+    section = html.unescape(render_section(mcmc_run, "Likelihood"))
+    scale = float(open_run(mcmc_run).posterior.bnn.target_scale[0])
+    assert _cells(section)["noise sd σ"] == ["0.5", f"{NOISE_SD * scale:.4g}"]
+    assert "Not applicable: this likelihood has no latent parameters" in section
+    fixed = fixed_rows(StudentTLikelihood(learn_scale=True, dof=5.0, learn_dof=False))
+    assert fixed == [["degrees of freedom ν", 5.0, 5.0]]
+
+
+def test_pit_tail_check_flags_heavy_tails_against_the_closed_form():
+    """Unit-variance t₃ residuals under a unit-variance Gaussian: tail shares as scipy's t CDF gives them."""
+    import scipy.stats
+    rng = np.random.default_rng(0)
+    n = 20000
+    calibrated = pit_tail_rows(scipy.stats.norm.cdf(rng.standard_normal(n)))
+    assert [r[-1] for r in calibrated] == ["as expected"] * 4
+    t3 = scipy.stats.t(3, scale=np.sqrt(1 / 3))  # sd 1
+    rows = {r[0]: r for r in pit_tail_rows(scipy.stats.norm.cdf(t3.rvs(n, random_state=rng)))}
+    z = scipy.stats.norm.ppf
+    expected = {"PIT < 0.05 (lower 5 % tail)": t3.cdf(z(0.05)),
+                "PIT < 0.005 or > 0.995 (outer 1 %)": 2 * t3.cdf(z(0.005)),
+                "0.25 ≤ PIT ≤ 0.75 (central 50 %)": t3.cdf(z(0.75)) - t3.cdf(z(0.25))}
+    for label, share in expected.items():
+        assert rows[label][1] == pytest.approx(share, abs=4 * np.sqrt(share * (1 - share) / n)), label
+    assert [rows[k][-1] for k in expected] == ["too few", "too many", "too many"]
+
+
+def test_binned_residuals_follow_a_noise_sd_that_grows_with_x():
+    rng = np.random.default_rng(1)
+    n = 10000
+    noise = 0.1 + rng.uniform(size=n)
+    residual = np.abs(noise * rng.standard_normal(n))
+    right = binned_residuals(noise, noise, residual)
+    assert len(right) == 5 and all(abs(r[-1] - 1) < 0.06 for r in right)  # SE of a bin's ratio ≈ 0.016
+    constant = np.full(n, np.sqrt(np.mean(noise**2)))
+    wrong = [r[-1] for r in binned_residuals(noise, constant, residual)]
+    assert wrong == sorted(wrong) and wrong[0] < 0.5 and wrong[-1] > 1.4

@@ -8,7 +8,7 @@ from torch import nn
 
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit, load_netcdf, load_posterior, save_netcdf
-from inference.training import average_particles, kl_weight, pretrain
+from inference.training import average_particles, kl_weight, optimiser_step, pretrain
 from zoo import BayesianNetwork, GaussianLikelihood, LaplacePrior, NormalPrior
 
 
@@ -123,6 +123,40 @@ def test_nan_loss_stops_with_step_and_keeps_last_finite_state(conjugate_regressi
     params = err.posterior.sample_params(10)
     assert all(torch.isfinite(v).all() for v in params.values())
     assert torch.isfinite(err.posterior.predict(problem.x, num_samples=5).mean).all()
+
+
+def test_optimiser_step_without_clipping_is_the_clip_grad_norm_step_and_refuses_nonfinite_gradients():
+    """With clip = inf the step computes the gradient norm without applying it: the same update as
+    ``clip_grad_norm_(params, inf)``; an infinite gradient with a finite loss stops before any update."""
+    start = torch.tensor([0.3, -1.2, 2.0])
+
+    def particle(w):
+        return -(w * w).sum() * 3.0, (w.abs() ** 3).sum()
+
+    updated = []
+    for clip_old_way in (False, True):
+        w = nn.Parameter(start.clone())
+        optimizer = torch.optim.Adam([w], lr=0.1)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        if clip_old_way:
+            loss = 0.5 * particle(w)[1] - particle(w)[0]
+            optimizer.zero_grad()
+            loss.backward()
+            assert torch.isfinite(torch.nn.utils.clip_grad_norm_([w], math.inf))
+            optimizer.step()
+        else:
+            optimiser_step(lambda: particle(w), 1, 0.5, optimizer, scheduler, [w], math.inf, 0, lambda: None)
+        updated.append(w.detach().clone())
+    torch.testing.assert_close(updated[0], updated[1], rtol=0, atol=0)
+    assert not torch.equal(updated[0], start)
+
+    w = nn.Parameter(torch.tensor([0.0, 1.0]))
+    optimizer = torch.optim.Adam([w], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    for clip in (math.inf, 10.0):
+        with pytest.raises(NonFiniteLossError, match="the gradient became non-finite at step 4"):
+            optimiser_step(lambda: (w.sqrt().sum(), w.new_zeros(())), 1, 1.0, optimizer, scheduler, [w], clip, 4, lambda: None)
+        assert torch.equal(w.detach(), torch.tensor([0.0, 1.0]))
 
 
 def test_unknown_and_invalid_options_are_clear(conjugate_regression):

@@ -4,14 +4,23 @@
   Transformer classifier) and :func:`~zoo.architectures.build_architecture`;
 * :mod:`zoo.stochastic` — selectors of the random parameters (partial stochasticity,
   Sharma et al. 2023); :mod:`zoo.structured` — structured fixed-weight masks (Rochussen 2024);
-* :mod:`zoo.priors`, :mod:`zoo.likelihoods` — weight priors and observation models;
+* :mod:`zoo.priors`, :mod:`zoo.likelihoods` — weight priors and observation models (Gaussian,
+  heteroscedastic Gaussian, Student-t, categorical); :mod:`zoo.heads` — a random mean head with a
+  deterministic variance head;
 * :mod:`zoo.bnn` — :class:`BayesianNetwork`, the Pyro model and its vectorised densities;
 * :mod:`zoo.data` — the bundled, user-given and generated data sets.
 
 The papers cited in docstrings are listed in full in ``docs/references.md``.
 """
 from .bnn import BayesianNetwork
-from .likelihoods import CategoricalLikelihood, GaussianLikelihood, make_likelihood
+from .heads import MeanHead
+from .likelihoods import (
+    CategoricalLikelihood,
+    GaussianLikelihood,
+    HeteroscedasticGaussianLikelihood,
+    StudentTLikelihood,
+    make_likelihood,
+)
 from .priors import (
     FanInNormalPrior,
     LaplacePrior,
@@ -25,8 +34,11 @@ from .stochastic import AllParameters, ElementMasks, LastLayer, ModuleNames, NoP
 __all__ = [
     "BayesianNetwork",
     "GaussianLikelihood",
+    "HeteroscedasticGaussianLikelihood",
+    "StudentTLikelihood",
     "CategoricalLikelihood",
     "make_likelihood",
+    "MeanHead",
     "NormalPrior",
     "FanInNormalPrior",
     "LaplacePrior",

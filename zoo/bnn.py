@@ -26,11 +26,11 @@ does not depend on the rest of the batch and is the same on every call; modules 
 ``active_at_prediction`` (e.g. the dropout layers an MC-dropout posterior keeps on) stay in
 training mode.  Training (:meth:`model`) runs the network in the mode it is in.  A network
 whose layers have no ``vmap`` batching rule (``nn.GRU``, ``nn.LSTM``) is detected on an
-example input (:meth:`check_forward`) and evaluated draw by draw instead.
+example input (:meth:`check_forward`) and evaluated draw by draw instead; both live in
+:mod:`zoo.evaluation`.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Mapping, Optional
 
 import pyro
@@ -38,6 +38,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from .evaluation import NetworkEvaluation
 from .likelihoods import GaussianLikelihood, Likelihood
 from .priors import NormalPrior, Prior
 from .pyro_module import register_parameters, to_pyro_module
@@ -46,7 +47,7 @@ from .stochastic import StochasticSite, as_selector
 __all__ = ["BayesianNetwork"]
 
 
-class BayesianNetwork(nn.Module):
+class BayesianNetwork(NetworkEvaluation, nn.Module):
     """A plain network with priors on a chosen subset of its parameters.
 
     Args:
@@ -60,8 +61,10 @@ class BayesianNetwork(nn.Module):
             them frozen at their current / pretrained values (``False``).
         example_input: a small input batch; lets ``"last"`` follow forward order, and checks
             the network's output and ``vmap`` support (:meth:`check_forward`) at construction.
-        output_dim: number of network outputs (inferred from ``example_input`` when given).
-        target_loc, target_scale: ``[O]`` affine map from standardised to original target
+        output_dim: number of network outputs ``P`` (inferred from ``example_input`` when
+            given); ``P = likelihood.heads · T`` with ``T`` = :attr:`target_dim` targets
+            (e.g. a heteroscedastic likelihood has a mean and a log-variance output per target).
+        target_loc, target_scale: ``[T]`` affine map from standardised to original target
             units (regression); predictions are reported in original units.
         sites: precomputed :class:`StochasticSite` list (used when loading from disk).
 
@@ -111,10 +114,15 @@ class BayesianNetwork(nn.Module):
                 raise ValueError("give output_dim or an example_input so the output size is known")
             output_dim = int(example_output.shape[-1])
         self.output_dim = int(output_dim)
+        heads = self.likelihood.heads
+        if self.output_dim % heads:
+            raise ValueError(f"{self.likelihood!r} needs {heads} network outputs per target, but the network has "
+                             f"{self.output_dim} outputs; build it with {heads} x (number of targets) outputs")
+        self.target_dim = self.output_dim // heads
         param = next(net.parameters(), None)
         like = {"dtype": torch.get_default_dtype()} if param is None else {"dtype": param.dtype, "device": param.device}
-        target_loc = torch.zeros(self.output_dim) if target_loc is None else target_loc
-        target_scale = torch.ones(self.output_dim) if target_scale is None else target_scale
+        target_loc = torch.zeros(self.target_dim) if target_loc is None else target_loc
+        target_scale = torch.ones(self.target_dim) if target_scale is None else target_scale
         target_scale = torch.as_tensor(target_scale).to(**like).reshape(-1)
         if not bool((target_scale > 0).all()):
             raise ValueError(f"target_scale must be positive, got {target_scale.tolist()}")
@@ -137,7 +145,7 @@ class BayesianNetwork(nn.Module):
         self._weight_priors = {s.name: self.prior(s) for s in self.sites}
         param = next(self.net.parameters(), None)
         like = {} if param is None else {"dtype": param.dtype, "device": param.device}
-        self._latent_priors = self.likelihood.latent_priors(self.output_dim, **like)
+        self._latent_priors = self.likelihood.latent_priors(self.target_dim, **like)
 
     def _apply(self, fn, *args, **kwargs):
         """``.double()``, ``.to(device)``, ...: convert the sites' tensors too and rebuild the priors."""
@@ -204,16 +212,16 @@ class BayesianNetwork(nn.Module):
         self._build_priors()
 
     def set_target_scaling(self, loc, scale) -> None:
-        """Set the standardised → original units map of regression targets (``[O]`` each).
+        """Set the standardised → original units map of regression targets (``[T]`` each).
 
         The buffers keep their dtype and device (float32 on CPU unless the module was converted).
         """
         like = {"dtype": self.target_scale.dtype, "device": self.target_scale.device}
         scale = torch.as_tensor(scale, **like).reshape(-1)
-        if scale.numel() not in (1, self.output_dim) or not bool((scale > 0).all()):
-            raise ValueError(f"target scale must be {self.output_dim} positive numbers, got {scale.tolist()}")
-        self.target_loc = torch.as_tensor(loc, **like).reshape(-1).expand(self.output_dim).clone()
-        self.target_scale = scale.expand(self.output_dim).clone()
+        if scale.numel() not in (1, self.target_dim) or not bool((scale > 0).all()):
+            raise ValueError(f"target scale must be {self.target_dim} positive numbers, got {scale.tolist()}")
+        self.target_loc = torch.as_tensor(loc, **like).reshape(-1).expand(self.target_dim).clone()
+        self.target_scale = scale.expand(self.target_dim).clone()
 
     # ------------------------------------------------------------------ Pyro model
     def model(self, x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None, num_data: Optional[int] = None):
@@ -221,10 +229,10 @@ class BayesianNetwork(nn.Module):
 
         Args:
             x: inputs ``[n, ...]`` (a minibatch or the full data).
-            y: targets ``[n, O]`` (regression, standardised) or ``[n]`` (class labels).
+            y: targets ``[n, T]`` (regression, standardised) or ``[n]`` (class labels).
             num_data: full data size ``N``; the likelihood is scaled by ``N / n``.
         Returns:
-            network output ``[n, O]`` (standardised units / logits), or ``None``.
+            network output ``[n, P]`` (standardised units / logits), or ``None``.
 
         The trainable deterministic parameters are registered with Pyro as ``"net$$$<name>"``
         (:func:`zoo.pyro_module.register_parameters`), so stock ``pyro.infer.SVI`` trains them.
@@ -249,71 +257,6 @@ class BayesianNetwork(nn.Module):
         """Network output ``[N, O]`` with the random sites set to one draw ``{site: site-shaped}``."""
         overrides = {name: self._site_by_name[name].to_param(v) for name, v in values.items()}
         return functional_call(self.net, overrides, (x,), strict=False)
-
-    # ------------------------------------------------------------------ prediction mode and checks
-    def _enter_prediction_mode(self) -> list:
-        """Switch the network to prediction mode; returns the ``(module, previous mode)`` pairs changed."""
-        active = {self.net.get_submodule(name) for name in self.active_at_prediction}
-        active = {m for top in active for m in top.modules()}
-        changed = [(m, m.training) for m in self.net.modules() if m.training != (m in active)]
-        for module, was_training in changed:
-            module.training = not was_training
-        return changed
-
-    @contextlib.contextmanager
-    def prediction_mode(self):
-        """Evaluate the network as at prediction: eval mode except the ``active_at_prediction`` modules.
-
-        Each module's previous mode is restored on exit.
-        """
-        changed = self._enter_prediction_mode()
-        try:
-            yield self
-        finally:
-            for module, was_training in changed:
-                module.training = was_training
-
-    def _example_output(self, x: torch.Tensor) -> torch.Tensor:
-        """The network's output at ``x`` in prediction mode, checked to be one ``[n, O]`` tensor."""
-        with torch.no_grad(), self.prediction_mode():
-            out = self.net(x)
-        if not isinstance(out, torch.Tensor):
-            raise ValueError(
-                f"{type(self.net).__name__}.forward returned a {type(out).__name__}; a BayesianNetwork needs a "
-                f"network whose forward returns one tensor [n, O] of predictions (wrap it to return e.g. out[0])"
-            )
-        if out.dim() != 2 or out.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"{type(self.net).__name__}.forward returned shape {tuple(out.shape)} for {x.shape[0]} inputs; "
-                f"expected [n, O] = [{x.shape[0]}, outputs]"
-            )
-        return out
-
-    def check_forward(self, x: torch.Tensor) -> None:
-        """Check the network on example inputs ``x`` ``[n, ...]`` (the first two rows are used).
-
-        The forward must return one ``[n, output_dim]`` tensor; and the first check decides how
-        :meth:`forward_draws` evaluates a stack of draws: one ``vmap``-ed pass if it works on
-        this network, else (no batching rule, e.g. ``nn.GRU`` / ``nn.LSTM``) a loop over draws,
-        with the reason kept in ``batching_error``.  A network that fails draw by draw too
-        raises its own error here, before any fitting.
-        """
-        x = x[:2]
-        out = self._example_output(x)
-        if out.shape[-1] != self.output_dim:
-            raise ValueError(f"{type(self.net).__name__} returns {out.shape[-1]} outputs, the model was built for "
-                             f"{self.output_dim}")
-        if self.batched_draws is not None or not self.sites:
-            return
-        draws = {name: torch.stack([value, value]) for name, value in self.initial_values().items()}
-        with torch.no_grad(), self.prediction_mode():
-            try:
-                vmap(self.forward_single, in_dims=(0, None), randomness="different")(draws, x)
-            except Exception as err:  # no batching rule for some layer: fall back to the loop
-                self._loop_draws(draws, x)  # a network that fails without vmap too raises here
-                self.batched_draws, self.batching_error = False, f"{type(err).__name__}: {str(err).splitlines()[0]}"
-            else:
-                self.batched_draws = True
 
     # ------------------------------------------------------------------ vectorised views
     def forward_draws(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -350,16 +293,13 @@ class BayesianNetwork(nn.Module):
         like = self.target_scale
         return x.to(like.device, like.dtype) if x.is_floating_point() else x.to(like.device)
 
-    def _loop_draws(self, weights: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """``[S, N, O]``: :meth:`forward_single` once per draw of ``weights`` ``{site: [S, ...]}``."""
-        num = next(iter(weights.values())).shape[0]
-        return torch.stack([self.forward_single({n: v[s] for n, v in weights.items()}, x) for s in range(num)])
-
     def latents_of(self, values: Mapping[str, torch.Tensor]) -> dict:
         return {n: values[n] for n in self._latent_priors}
 
     def log_likelihood(self, values, x, y, original_units: bool = False) -> torch.Tensor:
-        """Pointwise log-likelihood ``[S, N]`` for draws ``values`` (``{site: [S, ...]}``).
+        """Pointwise log-likelihood ``[S, N]`` for draws ``values`` (``{site: [S, ...]}``): the
+        likelihood's honest density (:meth:`~zoo.likelihoods.Likelihood.log_prob`, never a
+        re-weighted training objective), so samplers target the true posterior.
 
         With ``original_units`` the regression targets ``y`` are in original units and the
         density is reported in those units.
@@ -383,7 +323,7 @@ class BayesianNetwork(nn.Module):
         return self.log_prior(values) + scale * self.log_likelihood(values, x, y).sum(-1)
 
     def to_original_units(self, f: torch.Tensor) -> torch.Tensor:
-        """Map standardised regression outputs ``[..., O]`` to original target units."""
+        """Map standardised regression targets or predictive means ``[..., T]`` to original units."""
         if self.likelihood.task != "regression":
             return f
         return f * self.target_scale + self.target_loc

@@ -113,7 +113,7 @@ class _PyroBayesianNetwork:
             owner_name, _, attr = site.name.rpartition(".")
             getattr(self.get_submodule(owner_name), attr)  # draws and caches the site for this call
         like = {"dtype": self._pyro_reference.dtype, "device": self._pyro_reference.device}
-        priors = self._pyro_likelihood.latent_priors(self._pyro_output_dim, **like)
+        priors = self._pyro_likelihood.latent_priors(self._pyro_target_dim, **like)
         latents = {name: pyro.sample(name, d) for name, d in priors.items()}
         if x is None:
             return None
@@ -232,7 +232,7 @@ def to_pyro_module(bnn) -> PyroModule:
     net.__class__ = _subclass(_PyroBayesianNetwork, type(net), originals[""])
     net._pyro_sites = sites
     net._pyro_likelihood = bnn.likelihood
-    net._pyro_output_dim = bnn.output_dim
+    net._pyro_target_dim = bnn.target_dim
     return net
 
 

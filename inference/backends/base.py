@@ -125,8 +125,11 @@ def check_training_data(bnn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Te
         raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; they must match")
     if bnn.likelihood.task == "regression":
         y = y.reshape(y.shape[0], -1).to(torch.float32)
-        if y.shape[1] != bnn.output_dim:
-            raise ValueError(f"y has {y.shape[1]} target columns but the network has {bnn.output_dim} outputs")
+        if y.shape[1] != bnn.target_dim:
+            raise ValueError(f"y has {y.shape[1]} target columns but the model predicts {bnn.target_dim} targets "
+                             f"({bnn.output_dim} network outputs, {bnn.likelihood.heads} per target for "
+                             f"{type(bnn.likelihood).__name__}); build the network with "
+                             f"{bnn.likelihood.heads * y.shape[1]} outputs")
     else:
         if y.dim() != 1:
             raise ValueError(f"class labels must be a 1-D tensor [N], got shape {tuple(y.shape)}")

@@ -22,9 +22,14 @@ worker processes).
 
 ``info["member_histories"]`` holds each member's per-epoch history (``info["history"]`` is
 member 0's).  ``workers`` > 1 fits the members in that many local worker processes (one
-torch thread each; they die with the parent process); Ray is not used.  The optional
-Gaussian mean-variance head of Lakshminarayanan et al. 2017 is not offered: the noise is
-homoscedastic, learned per member.
+torch thread each; they die with the parent process); ``executor="ray"`` fits them as Ray
+tasks instead (:func:`inference.workers.run_calls`: on the Ray instance this process is
+connected to, or a local one with ``workers`` CPUs).  The Gaussian mean-variance head of
+Lakshminarayanan et al. 2017 is the heteroscedastic likelihood
+(:class:`zoo.likelihoods.HeteroscedasticGaussianLikelihood`; ``beta=0`` is their negative
+log-likelihood, the default ``beta=0.5`` the β-NLL of Seitzer et al. 2022), which each member
+fits through :meth:`~zoo.likelihoods.Likelihood.training_log_prob`; with a Gaussian likelihood
+the noise is homoscedastic, learned per member.
 """
 from __future__ import annotations
 
@@ -39,27 +44,42 @@ import torch
 from ..batches import LoaderBatches
 from ..posterior import SamplePosterior
 from ..potential import frozen_deterministic
-from ..workers import stop_workers, worker_pool
+from ..workers import check_executor, run_calls
 from .base import Backend, NonFiniteLossError
 from .map import MAPConfig, MAPFit, fit_map, run_info, stack_members
 
-__all__ = ["EnsembleConfig", "EnsembleBackend", "member_initial_values"]
+__all__ = ["EnsembleConfig", "EnsembleBackend", "member_initial_values", "check_member_options"]
+
+
+def check_member_options(config, symbol: str) -> None:
+    """Validate a multi-member config's ``num_members`` (called ``symbol`` in errors), ``workers`` and
+    ``executor`` (:data:`inference.workers.EXECUTORS`)."""
+    if int(config.num_members) < 1:
+        raise ValueError(f"num_members ({symbol}) must be at least 1, got {config.num_members}")
+    if int(config.workers) < 1:
+        raise ValueError(f"workers must be at least 1, got {config.workers}")
+    check_executor(config.executor)
+
 
 @dataclass
 class EnsembleConfig(MAPConfig):
     """:class:`~inference.backends.map.MAPConfig` plus ``num_members`` K (default 5, as in
-    Lakshminarayanan et al. 2017) and ``workers``, the local processes fitting members in
-    parallel (1: one after another in this process)."""
+    Lakshminarayanan et al. 2017), ``workers``, the local processes fitting members in parallel
+    (1: one after another in this process), and ``executor``: ``"local"`` or ``"ray"`` (members as
+    Ray tasks)."""
 
     num_members: int = 5
     workers: int = 1
+    executor: str = "local"
 
     def validate(self):
         super().validate()
-        if int(self.num_members) < 1:
-            raise ValueError(f"num_members (K) must be at least 1, got {self.num_members}")
-        if int(self.workers) < 1:
-            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        check_member_options(self, "K")
+
+    @property
+    def parallel(self) -> bool:
+        """Whether members are fitted outside this process."""
+        return self.workers > 1 or self.executor == "ray"
 
 
 def member_initial_values(bnn, seed: int) -> dict:
@@ -100,19 +120,6 @@ def _fit_member(bnn, x, y, config: EnsembleConfig, seed: int, member: int,
         return error.posterior, error.step
 
 
-def _fit_in_workers(bnn, x, y, config: EnsembleConfig, seed: int, members: list[int]) -> list:
-    """:func:`_fit_member` of ``members`` in ``config.workers`` local processes, in member order."""
-    pool = worker_pool(min(config.workers, len(members)))
-    try:
-        futures = [pool.submit(_fit_member, bnn, x, y, config, seed, k, False) for k in members]
-        results = [f.result() for f in futures]
-    except BaseException:
-        stop_workers(pool)
-        raise
-    pool.shutdown()
-    return results
-
-
 class EnsembleBackend(Backend):
     """Deep ensembles: K MAP fits, one chain each (see the module docstring)."""
 
@@ -122,16 +129,18 @@ class EnsembleBackend(Backend):
 
     def run(self, bnn, x, y, config: EnsembleConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
-        if isinstance(x, LoaderBatches) and config.workers > 1:
-            raise ValueError("ensemble members fit from a DataLoader run in this process: use workers=1, or pass "
-                             "the data as tensors fit(bnn, x, y, ...) to fit members in worker processes")
+        if isinstance(x, LoaderBatches) and config.parallel:
+            raise ValueError("ensemble members fit from a DataLoader run in this process: use workers=1 and "
+                             "executor='local', or pass the data as tensors fit(bnn, x, y, ...) to fit members in "
+                             "worker processes or Ray tasks")
         members = list(range(config.num_members))
         results = []
-        if bnn.deterministic_parameters() or config.workers == 1:  # member 0 fits the shared parameters first
+        if bnn.deterministic_parameters() or not config.parallel:  # member 0 fits the shared parameters first
             results.append(_fit_member(bnn, x, y, config, seed, 0, progress))
             members = members[1:]
-        if config.workers > 1 and members:
-            results += _fit_in_workers(bnn, x, y, config, seed, members)
+        if config.parallel and members:
+            results += run_calls(_fit_member, [(bnn, x, y, config, seed, k, False) for k in members], config.workers,
+                                 config.executor)
         else:
             results += [_fit_member(bnn, x, y, config, seed, k, progress) for k in members]
         fits = [fit for fit, _ in results]

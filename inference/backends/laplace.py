@@ -2,10 +2,12 @@
 
 1. MAP: :func:`inference.potential.initial_point` (full-batch Adam on −log π, deterministic
    parameters trained jointly when the model trains them, then held).
-2. Curvature: the GGN of the negative log-likelihood over the random *weights* at the MAP
-   (:mod:`inference.curvature`): dense ``[P, P]`` for small subsets (last layer, named
-   modules: subnetwork Laplace, Daxberger et al. 2021), its diagonal for large ones (the
-   Kronecker-factored GGN of Ritter et al. 2018 is not offered).
+2. Curvature: the GGN of the negative log-likelihood over the random *weights* at the MAP,
+   built from the likelihood's output Fisher (:mod:`inference.curvature`; every likelihood):
+   dense ``[P, P]`` for small subsets (last layer, named modules: subnetwork Laplace,
+   Daxberger et al. 2021); for large ones Kronecker-factored per
+   ``nn.Linear`` layer (KFAC, Martens & Grosse 2015; the Laplace approximation of Ritter et
+   al. 2018, :class:`KronRoot`) or diagonal.
    Likelihood latents (a learned noise precision) are fixed at their MAP values for the
    curvature and in every draw.
 3. Prior precision δ·P₀: ``P₀`` is the model prior's precision (``1/σ²`` per weight for
@@ -15,7 +17,8 @@
 
        log Z(δ) = log p(y | w*) − δ/2 ‖w* − μ₀‖²_{P₀} + P/2 log δ − ½ Σ_i log(λ_i + δ) + const,
 
-   λ_i the eigenvalues of the prior-whitened GGN ``P₀^{-½} G P₀^{-½}``, by MacKay's (1992)
+   λ_i the eigenvalues of the prior-whitened GGN ``P₀^{-½} G P₀^{-½}`` (KFAC: the products
+   β_i α_j of the whitened factors' eigenvalues, layer by layer), by MacKay's (1992)
    fixed point δ ← γ / ‖w* − μ₀‖²_{P₀}, γ = Σ λ_i/(λ_i + δ), with the MAP held (post-hoc
    tuning as in Immer et al. 2021 and Daxberger et al. 2021).
 4. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
@@ -39,14 +42,16 @@ from torch.func import jvp, vmap
 
 from zoo.bnn import BayesianNetwork
 
-from ..curvature import WeightLayout, effective_dim, ggn, jacobian_chunks
+from ..curvature import (KronBlock, WeightLayout, effective_dim, ggn, jacobian_chunks, kfac, kfac_unsupported,
+                         kron_positions)
 from ..posterior import SamplePosterior
 from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
 from .base import Backend
 
-__all__ = ["LaplaceConfig", "LaplaceBackend", "LaplacePosterior", "LinearisedNetwork", "log_evidence", "mackay_precision"]
+__all__ = ["LaplaceConfig", "LaplaceBackend", "LaplacePosterior", "LinearisedNetwork", "KronRoot", "log_evidence",
+           "mackay_precision"]
 
-HESSIANS = ("auto", "full", "diag")
+HESSIANS = ("auto", "full", "kfac", "diag")
 
 
 @dataclass
@@ -54,8 +59,10 @@ class LaplaceConfig:
     """Options of the ``laplace`` backend.
 
     Attributes:
-        hessian: ``"full"`` (dense GGN), ``"diag"`` (its diagonal) or ``"auto"`` (full when the
-            random subset has at most ``max_full_dim`` weights).
+        hessian: ``"full"`` (dense GGN), ``"kfac"`` (Kronecker-factored per ``nn.Linear`` layer),
+            ``"diag"`` (its diagonal) or ``"auto"`` (full when the random subset has at most
+            ``max_full_dim`` weights, else KFAC where every random site is an ``nn.Linear`` weight
+            or bias, else diagonal).
         max_full_dim: the ``"auto"`` threshold P (the dense GGN costs P² memory, P³ time).
         prior_precision: ``"marglik"`` (δ by the evidence) or ``"model"`` (δ = 1).
         predictive: ``"glm"`` (linearised network at the draws) or ``"sample"`` (network at the draws).
@@ -125,6 +132,91 @@ def mackay_precision(eigenvalues: torch.Tensor, sq_norm: float, iterations: int 
     return delta
 
 
+class KronRoot:
+    """A square root ``S`` of the Kronecker-factored Laplace covariance Σ = S Sᵀ (Ritter et al. 2018).
+
+    Per layer, with ``M = [W | b]`` ``[out, k]``, GGN block ``B ⊗ A`` (:class:`~inference.curvature.KronBlock`)
+    and prior precision ``δ·d_j`` on column ``j`` of ``M`` (equal across rows), the prior-whitened factors
+    ``D^{-½} A D^{-½} = Q_A diag(α) Q_Aᵀ`` and ``B = Q_B diag(β) Q_Bᵀ`` give the posterior draw
+
+        ΔM = (Q_B (Z ⊙ (βαᵀ + δ)^{-½}) Q_Aᵀ) D^{-½},   Z ~ N(0, I)  [out, k].
+
+    Attributes:
+        layers: per layer ``{"positions": [out, k] int64, "q_a": [k, k], "q_b": [out, out],
+            "col": [k] (d^{-½}), "inv_sd": [out, k] ((βαᵀ + δ)^{-½})}``.
+    """
+
+    def __init__(self, layers: list[dict]):
+        self.layers = layers
+
+    @staticmethod
+    def whiten(blocks: list[KronBlock], p0: torch.Tensor) -> tuple[list[dict], torch.Tensor]:
+        """``(layers without inv_sd, eigenvalues [P])``: the whitened factors' eigen-decompositions and
+        the P eigenvalues β_i α_j of the whitened GGN, from the blocks and the prior precisions ``p0`` ``[P]``."""
+        layers, eigenvalues = [], []
+        for block in blocks:
+            col = p0[block.positions][0].rsqrt()  # equal across rows (:meth:`check_prior`)
+            alpha, q_a = torch.linalg.eigh(col[:, None] * block.a * col[None, :])
+            beta, q_b = torch.linalg.eigh(block.b)
+            layers.append({"positions": block.positions, "q_a": q_a, "q_b": q_b, "col": col})
+            eigenvalues.append((beta.clamp_min(0.0)[:, None] * alpha.clamp_min(0.0)[None, :]).reshape(-1))
+        return layers, torch.cat(eigenvalues)
+
+    @classmethod
+    def with_sds(cls, layers: list[dict], inv_sd: torch.Tensor) -> "KronRoot":
+        """The root from :meth:`whiten`'s ``layers`` and ``(λ + δ)^{-½}`` ``[P]`` in its eigenvalue order."""
+        sizes = [layer["positions"].numel() for layer in layers]
+        return cls([{**layer, "inv_sd": part.reshape(layer["positions"].shape)}
+                    for layer, part in zip(layers, torch.split(inv_sd, sizes))])
+
+    @staticmethod
+    def check_prior(layout: WeightLayout, p0: torch.Tensor) -> None:
+        """Raise ``ValueError`` unless every layer's prior precision ``p0[positions]`` is equal across rows."""
+        for name, positions in kron_positions(layout).items():
+            precision = p0[positions]
+            if not torch.allclose(precision, precision[:1].expand_as(precision)):
+                raise ValueError(f"hessian='kfac' needs the prior precision of layer {name!r} to be equal across "
+                                 f"its output units; use hessian='diag' or 'full'")
+
+    def to(self, dtype) -> "KronRoot":
+        return KronRoot([{k: v if k == "positions" else v.to(dtype) for k, v in layer.items()}
+                         for layer in self.layers])
+
+    def sample(self, eps: torch.Tensor) -> torch.Tensor:
+        """``S ε`` ``[S, P]`` for standard normal ``eps`` ``[S, P]``."""
+        out = torch.empty_like(eps)
+        for layer in self.layers:
+            z = eps[:, layer["positions"]] * layer["inv_sd"]
+            out[:, layer["positions"]] = (layer["q_b"] @ z @ layer["q_a"].T) * layer["col"]
+        return out
+
+    def project(self, jac: torch.Tensor) -> torch.Tensor:
+        """``Sᵀ j`` ``[..., P]`` of rows ``jac`` ``[..., P]`` (so ``jᵀ Σ j = ‖Sᵀ j‖²``)."""
+        parts = [((layer["q_b"].T @ (jac[..., layer["positions"]] * layer["col"]) @ layer["q_a"]) * layer["inv_sd"])
+                 .flatten(-2) for layer in self.layers]
+        return torch.cat(parts, dim=-1)
+
+    def covariance(self) -> torch.Tensor:
+        """The dense ``[P, P]`` Σ (small subsets only: P² memory)."""
+        dim = sum(layer["positions"].numel() for layer in self.layers)
+        root_t = self.project(torch.eye(dim, dtype=self.layers[0]["q_a"].dtype, device=self.layers[0]["q_a"].device))
+        return root_t @ root_t.T
+
+
+def _sample_offsets(scale, eps: torch.Tensor) -> torch.Tensor:
+    """``S ε`` ``[S, P]`` for the covariance root ``scale`` (``[P, P]`` dense, ``[P]`` sds, or :class:`KronRoot`)."""
+    if isinstance(scale, KronRoot):
+        return scale.sample(eps)
+    return eps @ scale.T if scale.dim() == 2 else eps * scale
+
+
+def _output_variance(scale, jac: torch.Tensor) -> torch.Tensor:
+    """``diag(J Σ Jᵀ)`` ``[n, O]`` of Jacobians ``jac`` ``[n, O, P]``."""
+    if isinstance(scale, KronRoot):
+        return scale.project(jac).square().sum(-1)
+    return (jac @ scale).square().sum(-1) if scale.dim() == 2 else (jac.square() * scale**2).sum(-1)
+
+
 class LinearisedNetwork(BayesianNetwork):
     """``bnn`` with its outputs linearised in the random weights at ``mean``: f(x; w*) + J(x)(w − w*)."""
 
@@ -149,7 +241,8 @@ class LaplacePosterior(SamplePosterior):
 
     Attributes:
         mean: MAP weights ``[P]`` (flat, in ``bnn.sites`` order, standardised-unit network).
-        scale: ``[P, P]`` square root of the covariance (full) or the sds ``[P]`` (diagonal).
+        scale: ``[P, P]`` square root of the covariance (full), the sds ``[P]`` (diagonal) or a
+            :class:`KronRoot` (KFAC).
         predictive: ``"sample"`` or ``"glm"`` (then ``bnn`` is a :class:`LinearisedNetwork`).
     """
 
@@ -159,7 +252,8 @@ class LaplacePosterior(SamplePosterior):
         if predictive == "glm" and not isinstance(bnn, LinearisedNetwork):
             bnn = LinearisedNetwork(bnn, mean)
         super().__init__(bnn, draws, sample_stats, info)
-        self.mean, self.scale, self.predictive = mean.detach(), scale.detach(), predictive
+        self.mean, self.predictive = mean.detach(), predictive
+        self.scale = scale if isinstance(scale, KronRoot) else scale.detach()
 
     def _summary_rows(self):
         rows = super()._summary_rows() + [("predictive", self.predictive)]
@@ -173,6 +267,8 @@ class LaplacePosterior(SamplePosterior):
     @property
     def covariance(self) -> torch.Tensor:
         """``[P, P]`` posterior covariance of the random weights (diagonal: ``diag(scale²)``)."""
+        if isinstance(self.scale, KronRoot):
+            return self.scale.covariance()
         return self.scale @ self.scale.T if self.scale.dim() == 2 else torch.diag(self.scale**2)
 
     @torch.no_grad()
@@ -183,20 +279,28 @@ class LaplacePosterior(SamplePosterior):
         means, variances = [], []
         with torch.enable_grad():
             for _, f, jac in jacobian_chunks(layout, self.mean, x):
-                jac = jac.detach()
-                var = (jac @ self.scale).square().sum(-1) if self.scale.dim() == 2 else (jac.square() * self.scale**2).sum(-1)
                 means.append(f)
-                variances.append(var)
+                variances.append(_output_variance(self.scale, jac.detach()))
         return torch.cat(means), torch.cat(variances)
 
     def _state(self):
         _, tensors = super()._state()
-        return {"predictive": self.predictive}, {**tensors, "mean": self.mean, "scale": self.scale}
+        scale = self.scale.layers if isinstance(self.scale, KronRoot) else self.scale
+        return {"predictive": self.predictive}, {**tensors, "mean": self.mean, "scale": scale}
 
     @classmethod
     def _from_state(cls, bnn, meta, tensors, info):
-        return cls(bnn, tensors["draws"], tensors["mean"], tensors["scale"], meta["predictive"], tensors["sample_stats"],
-                   info)
+        scale = KronRoot(tensors["scale"]) if isinstance(tensors["scale"], list) else tensors["scale"]
+        return cls(bnn, tensors["draws"], tensors["mean"], scale, meta["predictive"], tensors["sample_stats"], info)
+
+
+def _structure(config: LaplaceConfig, layout: WeightLayout) -> str:
+    """The GGN structure of ``config.hessian`` (``"auto"`` resolved; see :class:`LaplaceConfig`)."""
+    if config.hessian != "auto":
+        return config.hessian
+    if layout.dim <= config.max_full_dim:
+        return "full"
+    return "diag" if kfac_unsupported(layout) else "kfac"
 
 
 class LaplaceBackend(Backend):
@@ -219,30 +323,40 @@ class LaplaceBackend(Backend):
         if config.prior_precision == "model" and not normal:
             raise ValueError(f"prior_precision='model' needs a Normal prior on the weights, got {bnn.prior!r}; "
                              f"use prior_precision='marglik' (an isotropic Gaussian prior tuned by the evidence)")
+        structure = _structure(config, layout)
+        if structure == "kfac":  # unsupported sites or layer priors: clear errors before the MAP fit
+            KronRoot.check_prior(layout, p0)
         potential = Potential(bnn, x, y)
         z, record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
         with frozen_deterministic(bnn):
             values, _ = potential.unpack(z.unsqueeze(0))
             w = layout.flatten({k: v[0] for k, v in values.items()})
             latents = {k: values[k][0] for k in bnn.latent_priors()}
-            structure = config.hessian if config.hessian != "auto" else ("full" if layout.dim <= config.max_full_dim else "diag")
-            g = ggn(layout, w, latents, x, structure)
+            if structure == "kfac":
+                g = kfac(layout, w, latents, x)
+            else:
+                g = ggn(layout, w, latents, x, structure)
             with torch.no_grad():
                 log_lik = float(bnn.log_likelihood(values, x, y).sum())
+        mu0, p0 = mu0.to(w.device), p0.to(w.device)
         root = p0.rsqrt()
         if structure == "full":
             eigenvalues, vectors = torch.linalg.eigh(root[:, None] * g * root[None, :])
             eigenvalues = eigenvalues.clamp_min(0.0)
+        elif structure == "kfac":
+            kron_layers, eigenvalues = KronRoot.whiten(g, p0)
         else:
             eigenvalues = (g * p0.reciprocal()).clamp_min(0.0)
         sq_norm = float((p0 * (w.double() - mu0) ** 2).sum())
         delta = 1.0 if config.prior_precision == "model" else mackay_precision(eigenvalues, sq_norm)
         inv_sd = (eigenvalues + delta).rsqrt()
-        scale = root[:, None] * vectors * inv_sd[None, :] if structure == "full" else root * inv_sd
-        scale = scale.to(w.dtype)
-        generator = torch.Generator().manual_seed(seed)
-        eps = torch.randn(config.num_samples, layout.dim, generator=generator, dtype=w.dtype)
-        weights = w + (eps @ scale.T if structure == "full" else eps * scale)
+        if structure == "kfac":
+            scale = KronRoot.with_sds(kron_layers, inv_sd).to(w.dtype)
+        else:
+            scale = (root[:, None] * vectors * inv_sd[None, :] if structure == "full" else root * inv_sd).to(w.dtype)
+        generator = torch.Generator(device=w.device).manual_seed(seed)
+        eps = torch.randn(config.num_samples, layout.dim, generator=generator, dtype=w.dtype, device=w.device)
+        weights = w + _sample_offsets(scale, eps)
         draws = {k: v.unsqueeze(0) for k, v in layout.unflatten(weights).items()}
         draws.update({k: v.expand(1, config.num_samples, *v.shape).clone() for k, v in latents.items()})
         info = {

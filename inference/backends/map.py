@@ -12,13 +12,17 @@ log p(w_s, θ), minimised by the one training loop :func:`inference.training.run
 (Adam, learning-rate schedule, gradient clipping, NaN/inf stop, progress bar) with a
 single particle and no KL annealing; the per-epoch history holds the scaled
 log-likelihood as ``expected_log_likelihood`` and the penalty −log p(w_s, θ) as ``kl``.
+The log-likelihood term is the likelihood's training objective
+(:meth:`zoo.likelihoods.Likelihood.training_log_prob`): log p itself, except the β-NLL of the
+heteroscedastic Gaussian (Seitzer et al. 2022); reported densities use log p.
 Constrained latents are optimised in unconstrained coordinates (``biject_to`` of the
 prior's support) without a Jacobian term, so the optimum is the MAP of the constrained
 density.
 
 The result is a point mass: a :class:`~inference.posterior.SamplePosterior` with one chain
 of one draw, so prediction, metrics (with the learned noise), ArviZ export and save/load
-are those of every sampler.
+are those of every sampler (the export writes the point mass's pointwise log-likelihood so
+that ``az.loo`` returns the plug-in score flagged unreliable; :mod:`inference.arviz_export`).
 """
 from __future__ import annotations
 
@@ -105,7 +109,7 @@ def fit_map(
     def particle(xb, yb):
         current = values()
         f = bnn.forward_single({s.name: current[s.name] for s in bnn.sites}, xb)
-        log_lik = bnn.likelihood.log_prob(f.unsqueeze(0), yb, bnn.latents_of(current)).sum()
+        log_lik = bnn.likelihood.training_log_prob(f.unsqueeze(0), yb, bnn.latents_of(current)).sum()
         log_prior = sum(weights[n] * potential.priors[n].log_prob(v) for n, v in current.items())
         return (num_data / xb.shape[0]) * log_lik, -log_prior
 

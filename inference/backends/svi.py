@@ -28,7 +28,7 @@ from ..posterior import VariationalPosterior
 from ..training import LoopOptions, fit_guide, trace_particle
 from .base import Backend
 
-__all__ = ["SVIConfig", "SVIBackend", "ELBO_PATHS", "choose_elbo_path", "svi_particle"]
+__all__ = ["SVIConfig", "SVIBackend", "ELBO_PATHS", "resolve_elbo_path", "choose_elbo_path", "svi_particle"]
 
 #: ``auto`` picks ``fused`` where the model allows it, else ``pyro-trace``
 ELBO_PATHS = ("auto", "fused", "pyro-trace")
@@ -57,20 +57,25 @@ class SVIConfig(LoopOptions):
             raise ValueError(f"unknown elbo_path {self.elbo_path!r}; valid: {', '.join(ELBO_PATHS)}")
 
 
-def choose_elbo_path(bnn, config: SVIConfig) -> tuple[str, Optional[str]]:
-    """``(path, reason)``: ``"fused"`` or ``"pyro-trace"``, and why the trace path was taken (else ``None``).
+def resolve_elbo_path(requested: str, blocker: Optional[str]) -> tuple[str, Optional[str]]:
+    """``(path, reason)`` for option ``elbo_path=requested`` when ``blocker`` (``None``: nothing) stands
+    against the fused path: ``"fused"`` or ``"pyro-trace"``, and why the trace path was taken (else ``None``).
 
     Raises:
-        ValueError: ``elbo_path="fused"`` where the fused path does not apply (the reason is given).
+        ValueError: ``requested == "fused"`` where the fused path does not apply (the reason is given).
     """
-    blocker = fused_elbo_blocker(bnn, config.guide)
-    if config.elbo_path == "pyro-trace":
+    if requested == "pyro-trace":
         return "pyro-trace", "requested (elbo_path='pyro-trace')"
     if blocker is not None:
-        if config.elbo_path == "fused":
+        if requested == "fused":
             raise ValueError(f"elbo_path='fused' is not available for this model: {blocker}; use 'auto' or 'pyro-trace'")
         return "pyro-trace", blocker
     return "fused", None
+
+
+def choose_elbo_path(bnn, config: SVIConfig) -> tuple[str, Optional[str]]:
+    """:func:`resolve_elbo_path` for the ``svi`` backend (blocker: :func:`inference.guides.fused_elbo_blocker`)."""
+    return resolve_elbo_path(config.elbo_path, fused_elbo_blocker(bnn, config.guide))
 
 
 def svi_particle(bnn, path: str) -> Callable:

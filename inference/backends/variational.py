@@ -17,9 +17,12 @@ particle averaging, non-finite checks).  The objective per minibatch is
   Linear/Conv layer's weight is fully random; weight sampling elsewhere.
 * ``sparse-vd`` — sparse variational dropout (Molchanov, Ashukha & Vetrov 2017), LRT by default.
 * ``kingma-vd`` — variational dropout with α ≤ 1 (Kingma, Salimans & Welling 2015), LRT by default.
-* ``radial`` — the Radial AutoGuide (Farquhar, Osborne & Gal 2020) through Pyro traces and
-  :func:`inference.elbo.elbo_terms`; its KL uses ``mc_kl_samples`` = M draws with the
-  ``"reparameterized"`` (memory independent of M) or ``"naive"`` estimator.
+* ``radial`` — the Radial AutoGuide (Farquhar, Osborne & Gal 2020); its prior cross-entropy is
+  exact by default, or estimated from ``mc_kl_samples`` = M draws with the ``"reparameterized"``
+  (memory independent of M; Nazarovs et al. 2021) or ``"naive"`` estimator.
+  Option ``elbo_path`` as for ``svi``: ``"fused"`` (:meth:`AutoRadial.elbo_terms`, no Pyro traces,
+  the same random numbers and estimator) wherever the model's Pyro program is the stock one,
+  else ``"pyro-trace"`` (:func:`inference.elbo.elbo_terms`); ``info["elbo_path"]`` records it.
 
 Per-layer sparsity (the family's pruning rule, see :mod:`inference.variational.pruning`) is
 computed after every epoch, shown in the progress bar and stored in
@@ -30,15 +33,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar, Optional
 
+import pyro
+
+from ..guides import stock_model_blocker
 from ..posterior import VariationalPosterior
 from ..training import LoopOptions, fit_guide, trace_particle
 from ..variational.families import get_family
 from ..variational.meanfield import ESTIMATORS
 from ..variational.protocol import SNR_RULE
-from ..variational.radial import check_mc_kl_options
+from ..variational.radial_kl import resolve_mc_kl
 from .base import Backend
+from .svi import ELBO_PATHS, resolve_elbo_path
 
 __all__ = [
     "MeanFieldConfig",
@@ -134,20 +142,32 @@ class RadialConfig(LoopOptions):
     """Options of the ``radial`` backend: :class:`~inference.training.LoopOptions` plus
 
     Attributes:
-        mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1).
-        mc_kl_estimator: ``"reparameterized"`` (M-independent; needs a Normal prior) or ``"naive"``.
+        mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1); giving it
+            selects a Monte Carlo estimator (default: none, the exact cross-entropy).
+        mc_kl_estimator: ``"exact"`` (closed form; needs a Normal prior), ``"reparameterized"``
+            (M-independent Monte Carlo; needs a Normal prior) or ``"naive"`` (any prior); default
+            ``"exact"`` without M, ``"reparameterized"`` with it (``resolve_mc_kl``).
         prune_threshold, track_sparsity: sparsity tracking with the rule |μ|/σ < λ (default 0.83).
+        elbo_path: ``"auto"`` (fused where the model allows it), ``"fused"`` or ``"pyro-trace"``.
     """
 
-    mc_kl_samples: int = 10
-    mc_kl_estimator: str = "reparameterized"
+    mc_kl_samples: Optional[int] = None
+    mc_kl_estimator: Optional[str] = None
     prune_threshold: Optional[float] = None
     track_sparsity: bool = True
+    elbo_path: str = "auto"
 
     def validate(self):
         super().validate()
-        check_mc_kl_options(self.mc_kl_samples, self.mc_kl_estimator)
+        resolve_mc_kl(self.mc_kl_samples, self.mc_kl_estimator)
         SNR_RULE.check_threshold(self.prune_threshold)
+        if self.elbo_path not in ELBO_PATHS:
+            raise ValueError(f"unknown elbo_path {self.elbo_path!r}; valid: {', '.join(ELBO_PATHS)}")
+
+
+def _fused_radial_particle(bnn, guide, xb, yb, num_data):
+    with pyro.validation_enabled(False):  # as on the trace path: the data were checked once by fit()
+        return guide.elbo_terms(bnn, xb, yb, num_data)
 
 
 class _VariationalBackend(Backend):
@@ -217,7 +237,14 @@ class RadialBackend(_VariationalBackend):
         }
 
     def _extra_info(self, bnn, guide, config):
-        return {"mc_kl_samples": config.mc_kl_samples, "mc_kl_estimator": config.mc_kl_estimator}
+        path, reason = resolve_elbo_path(config.elbo_path, stock_model_blocker(bnn))
+        estimator = guide.mc_kl_estimator
+        info = {"mc_kl_samples": None if estimator == "exact" else guide.mc_kl_samples, "mc_kl_estimator": estimator,
+                "elbo_path": path}
+        return {**info, **({"elbo_path_reason": reason} if reason else {})}
 
     def _particle(self, bnn, config):
-        return lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data)
+        path, _ = resolve_elbo_path(config.elbo_path, stock_model_blocker(bnn))
+        if path == "pyro-trace":
+            return lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data)
+        return partial(_fused_radial_particle, bnn)

@@ -9,8 +9,9 @@
 :func:`build_hmc` / :func:`build_nuts` return ``transition(state, step_size [C], metric,
 generator) -> (state, info)``, with ``info`` a dict of ``[C]`` tensors: ``accept_prob``,
 ``diverging``, ``energy``, ``n_steps`` (and ``tree_depth`` for NUTS).  The leapfrog step
-(HMC) and the subtree step (NUTS) are ``torch.compile``-d with the potential's gradient when
-``compile`` is set (:func:`inference.potential.compiled`).
+(HMC) and the whole subtree (NUTS, :func:`~inference.mcmc.nuts.build_subtree`) are
+``torch.compile``-d with the potential's gradient when ``compile`` is set
+(:func:`inference.potential.compiled`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import torch
 from ..potential import Potential, compiled
 from .integrators import IntegratorState, energy, energy_error, leapfrog
 from .metrics import Metric, random_like, sample_momentum, velocity
-from .nuts import Checkpoints, Edge, Proposal, block_masks, is_turning, new_subtree, subtree_step
+from .nuts import Checkpoints, Edge, Proposal, build_subtree, is_turning, new_subtree
 
 __all__ = ["HMCState", "build_hmc", "build_nuts", "hmc_transition", "nuts_transition"]
 
@@ -47,8 +48,8 @@ def build_hmc(potential: Potential, compile: bool, max_energy_error: float, num_
 
 def build_nuts(potential: Potential, compile: bool, max_energy_error: float, max_tree_depth: int) -> Callable:
     """The NUTS transition over ``potential`` with at most 2^``max_tree_depth`` − 1 leapfrog steps."""
-    step = compiled(subtree_step, compile, _value_and_grad(potential, compile), max_energy_error)
-    return partial(nuts_transition, step, block_masks(max_tree_depth), max_tree_depth)
+    subtree = compiled(build_subtree, compile, _value_and_grad(potential, compile), max_energy_error)
+    return partial(nuts_transition, subtree, max_tree_depth)
 
 
 def hmc_transition(
@@ -84,11 +85,11 @@ def _select(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tenso
 
 
 def nuts_transition(
-    step: Callable, masks: Callable, max_tree_depth: int,
+    subtree: Callable, max_tree_depth: int,
     state: HMCState, step_size: torch.Tensor, metric: Metric, generator: torch.Generator,
 ) -> tuple[HMCState, dict]:  # fmt: skip
-    """One multinomial NUTS iteration for all chains; ``step`` is :func:`~inference.mcmc.nuts.subtree_step`
-    with its first two arguments bound, ``masks`` from :func:`~inference.mcmc.nuts.block_masks`."""
+    """One multinomial NUTS iteration for all chains; ``subtree`` is :func:`~inference.mcmc.nuts.build_subtree`
+    with its first two arguments bound."""
     z, lp, grad = state
     num_chains = z.shape[0]
     p = sample_momentum(metric, generator)
@@ -102,18 +103,17 @@ def nuts_transition(
     depth = torch.zeros_like(lp)
     accept_sum, n_steps, diverging = torch.zeros_like(lp), torch.zeros_like(lp), torch.zeros_like(done)
     checkpoints = Checkpoints(*(z.new_zeros(max_tree_depth, *z.shape) for _ in range(3)))  # distinct: no aliasing guards
+    block_sizes = 2 ** torch.arange(1, max_tree_depth + 1, device=z.device)
+    uniforms = z.new_empty(2 ** (max_tree_depth - 1), num_chains)  # one buffer: one compiled graph for every depth
     for j in range(max_tree_depth):
         forward = random_like(torch.rand, num_chains, generator, z) < 0.5
         start = Edge(*(_select(forward, r, l) for r, l in zip(right, left)))
         eps = torch.where(forward, step_size, -step_size).unsqueeze(-1)
         initial = Proposal(z.clone(), lp.clone(), grad.clone(), energy0.clone())  # replaced at the first step
         sub = new_subtree(start, ~done, initial, checkpoints, accept_sum, n_steps, diverging)
-        for i in range(2**j):
-            store, check = masks(i, j)
-            u = random_like(torch.rand, num_chains, generator, z)
-            sub = step(metric.inv_mass, eps, energy0, sub, u, store, check)
-            if i % 16 == 15 and not bool(sub.alive.any()):
-                break
+        uniforms[: 2**j] = random_like(torch.rand, (2**j, num_chains), generator, z, dtype=z.dtype)
+        num_steps = torch.tensor(2**j, device=z.device)
+        sub = subtree(metric.inv_mass, eps, energy0, sub, uniforms, num_steps, block_sizes)
         accept_sum, n_steps, diverging = sub.accept_sum, sub.n_steps, sub.diverging
         ok = sub.alive
         take = ok & (random_like(torch.rand, num_chains, generator, z) < torch.exp(sub.log_w - log_w))  # biased progressive sampling

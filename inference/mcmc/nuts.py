@@ -9,7 +9,10 @@ velocity and running momentum sum), so no recursion and only ``[K, C, D]`` memor
 needed.  A divergence (energy error above a threshold) or a U-turn stops a subtree; a
 finished subtree is merged into the trajectory by biased progressive sampling, and the
 whole trajectory is checked for a U-turn.  All chains build subtrees of the same size in
-lockstep; stopped chains are masked, so each chain's draw is exactly NUTS.
+lockstep; stopped chains are masked, so each chain's draw is exactly NUTS.  A subtree is
+one compiled ``while_loop`` (:func:`build_subtree`): its steps, the block masks and the
+progressive-sampling uniforms stay inside the compiled call, so the per-step cost is the
+gradient and the bookkeeping arithmetic, not Python dispatch between calls.
 """
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ import math
 from typing import Callable, NamedTuple
 
 import torch
+from torch._higher_order_ops.while_loop import while_loop
 
 from .integrators import IntegratorState, energy_error, leapfrog
 from .metrics import velocity
 
-__all__ = ["Proposal", "Edge", "Checkpoints", "TreeState", "is_turning", "subtree_step", "block_masks", "new_subtree"]
+__all__ = ["Proposal", "Edge", "Checkpoints", "TreeState", "is_turning", "subtree_step", "block_masks", "build_subtree", "new_subtree"]
 
 
 class Proposal(NamedTuple):
@@ -154,17 +158,61 @@ def subtree_step(
     )  # fmt: skip
 
 
-def trailing_zeros(i: int) -> int:
-    return 64 if i == 0 else (i & -i).bit_length() - 1
+def block_masks(i: torch.Tensor, num_steps: torch.Tensor, block_sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """bool ``[K]`` masks of the levels k (block sizes ``block_sizes`` = 2^k, k = 1..K) whose aligned
+    block of 2^k steps starts (``store``) / ends (``check``) at step ``i`` of a subtree of
+    ``num_steps`` = 2^j steps; levels with 2^k > 2^j are never set.  ``i`` and ``num_steps`` are
+    integer tensors (or ints), so the masks are computed inside the compiled loop."""
+    inside = block_sizes <= num_steps
+    return (i % block_sizes == 0) & inside, ((i + 1) % block_sizes == 0) & inside
 
 
-def block_masks(max_tree_depth: int) -> Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]:
-    """``masks(i, j)``: bool ``[K]`` masks of the levels k ≤ j whose aligned block of 2^k steps
-    starts (``store``) / ends (``check``) at step ``i`` of a subtree of depth j (precomputed)."""
-    levels = torch.arange(1, max_tree_depth + 1)
-    table = {(a, b): (levels <= a, levels <= b) for a in range(max_tree_depth + 1) for b in range(max_tree_depth + 1)}
+def _flatten(s: TreeState) -> tuple:
+    return (*s.edge, s.alive, s.log_w, *s.proposal, s.rho, *s.checkpoints, s.accept_sum, s.n_steps, s.diverging)
 
-    def masks(i: int, j: int):
-        return table[(min(trailing_zeros(i), j), min(trailing_zeros(i + 1), j))]
 
-    return masks
+def _unflatten(t) -> TreeState:
+    return TreeState(Edge(*t[:5]), t[5], t[6], Proposal(*t[7:11]), t[11], Checkpoints(*t[12:15]), t[15], t[16], t[17])
+
+
+def build_subtree(
+    value_and_grad: Callable,
+    max_energy_error: float,
+    inv_mass: torch.Tensor,
+    step_size: torch.Tensor,
+    energy0: torch.Tensor,
+    tree: TreeState,
+    u: torch.Tensor,
+    num_steps: torch.Tensor,
+    block_sizes: torch.Tensor,
+) -> TreeState:
+    """A whole subtree: up to ``num_steps`` = 2^j :func:`subtree_step` s, stopping early once no chain is alive.
+
+    Under ``torch.compile`` the steps run as one ``while_loop`` (one compiled call per subtree,
+    no Python between the leapfrog steps); eagerly, as a Python loop over the same body.
+
+    Args:
+        u: ``[L, C]`` uniforms, L ≥ 2^j; row i is the progressive-sampling uniform of step i
+            (a fixed-size buffer, so every depth reuses one compiled graph).
+        num_steps: 0-d int64 tensor 2^j.
+        block_sizes: int64 ``[K]``, 2^k for k = 1..K (see :func:`block_masks`).
+        Others as in :func:`subtree_step`.
+    """
+    alive_at = 5  # position of ``alive`` in the flattened state
+
+    def cond(i, *state):
+        return (i < num_steps) & state[alive_at].any()
+
+    def body(i, *state):
+        store, check = block_masks(i, num_steps, block_sizes)
+        ui = u.index_select(0, i.view(1)).squeeze(0)
+        new = subtree_step(value_and_grad, max_energy_error, inv_mass, step_size, energy0, _unflatten(state), ui, store, check)
+        return (i + 1, *_flatten(new))
+
+    carry = (torch.zeros((), dtype=torch.int64, device=u.device), *_flatten(tree))
+    if torch.compiler.is_compiling():
+        carry = while_loop(cond, body, carry)
+    else:
+        while bool(cond(*carry)):
+            carry = body(*carry)
+    return _unflatten(carry[1:])

@@ -69,7 +69,6 @@ __all__ = [
     "sparse_vd_kl",
     "kingma_vd_kl",
     "gaussian_kl",
-    "fast_exp",
 ]
 
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
@@ -78,13 +77,6 @@ C1, C2, C3 = 1.16145124, -1.50204118, 0.58629921
 KINGMA_KL_CONST = -0.6523
 #: guards log θ² against θ = 0 in log α = log σ² − log θ² (as in Molchanov et al.'s code)
 _THETA_EPS = 1e-8
-_LOG2_E = 1.0 / math.log(2.0)
-
-
-def fast_exp(x: torch.Tensor) -> torch.Tensor:
-    """exp(x) as 2^(x log₂e): same result to float32 rounding (relative error ≲ |x|·2⁻²⁴); ``torch.exp2``
-    is the faster kernel on the CPU builds used here (timing in ``docs/variational.md``)."""
-    return torch.exp2(x * _LOG2_E)
 
 
 Number = Union[float, torch.Tensor]
@@ -130,12 +122,17 @@ class Family:
         """Initial ``s`` giving posterior sd ``init_scale`` for every weight."""
         return torch.full_like(loc, math.log(init_scale))
 
-    def sigma(self, loc: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """Posterior sd σ (autograd-differentiable)."""
-        return fast_exp(s)
+    def sigma(self, loc: torch.Tensor, s: torch.Tensor, cache: Optional[dict] = None) -> torch.Tensor:
+        """Posterior sd σ (autograd-differentiable).
 
-    def sigma_grads(self, loc, s, sigma) -> tuple[Optional[torch.Tensor], torch.Tensor]:
-        """(∂σ/∂μ or ``None`` when σ does not depend on μ, ∂σ/∂s)."""
+        ``cache``: a dict shared by one step's :meth:`sigma`, :meth:`kl_and_grads` and
+        :meth:`sigma_grads` calls on the same detached inputs (the fused path), where a family may
+        keep intermediate tensors instead of recomputing them; ``None``: compute everything.
+        """
+        return torch.exp(s)
+
+    def sigma_grads(self, loc, s, sigma, cache: Optional[dict] = None) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+        """(∂σ/∂μ or ``None`` when σ does not depend on μ, ∂σ/∂s); ``cache`` as in :meth:`sigma`."""
         return None, sigma
 
     # -- KL ------------------------------------------------------------------------------------
@@ -143,8 +140,8 @@ class Family:
         """Elementwise KL(q ‖ prior) as an autograd expression."""
         raise NotImplementedError
 
-    def kl_and_grads(self, loc, s, sigma, prior_loc: Number = 0.0, prior_scale: Number = 1.0):
-        """``(Σ KL, accumulate)`` without autograd (inputs are detached).
+    def kl_and_grads(self, loc, s, sigma, prior_loc: Number = 0.0, prior_scale: Number = 1.0, cache: Optional[dict] = None):
+        """``(Σ KL, accumulate)`` without autograd (inputs are detached); ``cache`` as in :meth:`sigma`.
 
         ``accumulate(grad_loc, grad_s, g)`` adds ``g · ∂ΣKL/∂μ`` and ``g · ∂ΣKL/∂s`` in place
         into the two buffers (shaped like ``loc``); ``g`` is a float.
@@ -169,7 +166,7 @@ class GaussianFamily(Family):
     def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
         return gaussian_kl(loc, s, prior_loc, prior_scale)
 
-    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0):
+    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0, cache=None):
         if isinstance(prior_loc, float) and isinstance(prior_scale, float):
             # constant prior (the common case): dot products, no [P] temporaries
             prec = 1.0 / prior_scale**2
@@ -214,18 +211,22 @@ class SparseVDFamily(Family):
     def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
         return sparse_vd_kl(2 * s - torch.log(loc * loc + _THETA_EPS))
 
-    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0):
-        theta_sq = loc * loc + _THETA_EPS
-        raw = 2 * s - torch.log(theta_sq)
-        log_alpha = raw.clamp(-8.0, 8.0)
-        gate = torch.sigmoid(K2 + K3 * log_alpha)
-        kl = (K1 - K1 * gate + 0.5 * torch.nn.functional.softplus(-log_alpha)).sum()
-        # d KL / d log α, zero where the clip is active
-        d_la = -K1 * K3 * gate * (1 - gate) - 0.5 * torch.sigmoid(-log_alpha)
-        d_la = d_la * ((raw > -8.0) & (raw < 8.0))
+    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0, cache=None):
+        # in-place passes over [P] (a handful of temporaries): with e = e^{−log α},
+        # softplus(−log α) = log1p(e) and sigmoid(−log α) = e / (1 + e); |log α| ≤ 8 keeps e finite
+        theta_sq = torch.mul(loc, loc).add_(_THETA_EPS)
+        log_alpha = torch.log(theta_sq).neg_().add_(s, alpha=2.0)
+        inside = log_alpha.abs() < 8.0  # −8 < log α < 8: d KL / d log α is zero where the clip is active
+        log_alpha.clamp_(-8.0, 8.0)
+        gate = torch.mul(log_alpha, K3).add_(K2).sigmoid_()
+        e = log_alpha.mul_(-1.0).exp_()
+        kl = K1 * loc.numel() - K1 * gate.sum() + 0.5 * torch.log1p(e).sum()
+        # d KL / d log α = −K1 K3 gate (1 − gate) − ½ sigmoid(−log α)
+        d_la = torch.addcmul(gate, gate, gate, value=-1.0).mul_(-K1 * K3)
+        d_la.sub_(e.div_(e + 1.0), alpha=0.5).mul_(inside)
 
         def accumulate(grad_loc, grad_s, g):
-            grad_loc.addcmul_(d_la, loc / theta_sq, value=-2 * g)
+            grad_loc.addcmul_(d_la, torch.div(loc, theta_sq), value=-2 * g)
             grad_s.add_(d_la, alpha=2 * g)
 
         return kl, accumulate
@@ -250,23 +251,37 @@ class KingmaVDFamily(Family):
         """log α, clipped to [−8, 0]."""
         return s.clamp(-8.0, 0.0)
 
-    def sigma(self, loc, s):
-        return loc.abs() * fast_exp(0.5 * s.clamp(-8.0, 0.0))
+    def sigma(self, loc, s, cache=None):
+        root_alpha = torch.exp(0.5 * s.clamp(-8.0, 0.0))
+        if cache is not None:
+            cache["root_alpha"] = root_alpha
+        return loc.abs() * root_alpha
 
-    def sigma_grads(self, loc, s, sigma):
-        root_alpha = fast_exp(0.5 * s.clamp(-8.0, 0.0))
-        inside = (s > -8.0) & (s < 0.0)
-        return torch.sign(loc) * root_alpha, 0.5 * sigma * inside
+    def sigma_grads(self, loc, s, sigma, cache=None):
+        cache = cache or {}
+        root_alpha = cache.get("root_alpha")
+        if root_alpha is None:
+            root_alpha = torch.exp(0.5 * s.clamp(-8.0, 0.0))
+        inside = cache.get("inside")
+        if inside is None:
+            inside = (s > -8.0) & (s < 0.0)
+        return torch.mul(root_alpha, torch.sign(loc)), torch.mul(sigma, 0.5).mul_(inside)
 
     def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
         return kingma_vd_kl(s)
 
-    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0):
+    def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0, cache=None):
+        # the cubic in Horner form (no pow kernels), in-place passes over [P]
         log_alpha = s.clamp(-8.0, 0.0)
         alpha = torch.exp(log_alpha)
-        poly = C1 * alpha + C2 * alpha**2 + C3 * alpha**3
+        poly = torch.mul(alpha, C3).add_(C2).mul_(alpha).add_(C1).mul_(alpha)
         kl = -(KINGMA_KL_CONST * s.numel() + 0.5 * log_alpha.sum() + poly.sum())
-        d_s = -(0.5 + C1 * alpha + 2 * C2 * alpha**2 + 3 * C3 * alpha**3) * ((s > -8.0) & (s < 0.0))
+        # d KL / d log α = −(½ + c₁α + 2c₂α² + 3c₃α³), zero where the clip is active
+        d_s = torch.mul(alpha, 3 * C3).add_(2 * C2).mul_(alpha).add_(C1).mul_(alpha).add_(0.5).neg_()
+        inside = (s > -8.0) & (s < 0.0)
+        d_s.mul_(inside)
+        if cache is not None:
+            cache["inside"] = inside
 
         def accumulate(grad_loc, grad_s, g):
             grad_s.add_(d_s, alpha=g)

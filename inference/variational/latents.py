@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.distributions import biject_to, constraints
 
-__all__ = ["normal_prior_params", "LatentFactors", "sample_unconstrained", "is_real_support"]
+__all__ = ["normal_prior_params", "LatentFactors", "sample_unconstrained", "is_real_support", "unconstrained_draw"]
 
 
 def is_real_support(support) -> bool:
@@ -65,6 +65,20 @@ def sample_unconstrained(name: str, loc: torch.Tensor, scale: torch.Tensor, supp
     return pyro.sample(name, dist.Delta(value, log_density=log_density, event_dim=event_dim))
 
 
+def unconstrained_draw(loc: torch.Tensor, scale: torch.Tensor, prior) -> tuple[torch.Tensor, torch.Tensor]:
+    """One reparameterised draw z = T(u), u ~ N(loc, scale²), and the one-sample KL estimate log q(z) − log p(z).
+
+    ``T = biject_to(prior.support)``; log q(z) = log N(u; loc, scale²) − log|dT/du| (what the Pyro
+    statements of :func:`sample_unconstrained` score).  Returns ``(z, estimate)``, z shaped like ``loc``.
+    """
+    u = loc + scale * torch.randn_like(loc)
+    transform = biject_to(prior.support)
+    z = transform(u)
+    log_q = torch.distributions.Normal(loc, scale, validate_args=False).log_prob(u).sum()
+    log_q = log_q - transform.log_abs_det_jacobian(u, z).sum()
+    return z, log_q - prior.log_prob(z).sum()
+
+
 class LatentFactors(nn.Module):
     """Mean-field Normal factors (unconstrained space) for a model's likelihood latents.
 
@@ -96,11 +110,6 @@ class LatentFactors(nn.Module):
         """One reparameterised draw ``{site: value}`` and the estimate Σ log q(z) − log p(z)."""
         values, kl = {}, torch.zeros(())
         for name, prior in self.priors.items():
-            loc, scale = self.loc[name], self.log_scale[name].exp()
-            u = loc + scale * torch.randn_like(loc)
-            transform = biject_to(prior.support)
-            z = transform(u)
-            log_q = torch.distributions.Normal(loc, scale).log_prob(u).sum() - transform.log_abs_det_jacobian(u, z).sum()
-            kl = kl + log_q - prior.log_prob(z).sum()
-            values[name] = z
+            values[name], estimate = unconstrained_draw(self.loc[name], self.log_scale[name].exp(), prior)
+            kl = kl + estimate
         return values, kl

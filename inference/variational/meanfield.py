@@ -88,7 +88,8 @@ class _MeanFieldDraw(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, loc, scale_param, eps, family: Family, spec: _DrawSpec):
-        sigma = family.sigma(loc, scale_param)
+        cache = {}  # intermediates a family keeps from forward for backward
+        sigma = family.sigma(loc, scale_param, cache)
         if family.uses_model_prior:
             parts = [
                 (seg.span, *family.kl_and_grads(loc[seg.span], scale_param[seg.span], sigma[seg.span], *prior))
@@ -97,7 +98,7 @@ class _MeanFieldDraw(torch.autograd.Function):
             kl = sum(part[1] for part in parts)
             accumulators = [(span, part) for span, _, part in parts]
         else:
-            kl, accumulate = family.kl_and_grads(loc, scale_param, sigma)
+            kl, accumulate = family.kl_and_grads(loc, scale_param, sigma, cache=cache)
             accumulators = [(slice(None), accumulate)]
         outputs = []
         all_sampled = spec.num_sampled == loc.numel()
@@ -111,7 +112,7 @@ class _MeanFieldDraw(torch.autograd.Function):
             else:
                 noise = eps[eps_offset : eps_offset + seg.numel]
                 outputs.append(torch.addcmul(loc[seg.span], sigma[seg.span], noise).view(seg.shape))
-        ctx.family, ctx.spec, ctx.accumulators = family, spec, accumulators
+        ctx.family, ctx.spec, ctx.accumulators, ctx.cache = family, spec, accumulators, cache
         ctx.save_for_backward(loc, scale_param, sigma, eps)
         return (kl, *outputs)
 
@@ -139,7 +140,7 @@ class _MeanFieldDraw(torch.autograd.Function):
                 g_sig.zero_()
             else:
                 torch.mul(first.reshape(-1), eps[eps_offset : eps_offset + seg.numel], out=g_sig)
-        dsigma_dloc, dsigma_ds = ctx.family.sigma_grads(loc, scale_param, sigma)
+        dsigma_dloc, dsigma_ds = ctx.family.sigma_grads(loc, scale_param, sigma, ctx.cache)
         if dsigma_dloc is not None:
             grad_loc.addcmul_(g_sigma, dsigma_dloc)
         grad_s = g_sigma.mul_(dsigma_ds)
@@ -338,7 +339,7 @@ class MeanFieldGuide(nn.Module):
         latents, latent_kl = self.latents.rsample_with_kl()
         with substituted_forwards(bnn.net, forwards):
             f = bnn.forward_single(drawn, x)
-        log_lik = bnn.likelihood.log_prob(f.unsqueeze(0), y, {k: v.unsqueeze(0) for k, v in latents.items()})
+        log_lik = bnn.likelihood.training_log_prob(f.unsqueeze(0), y, {k: v.unsqueeze(0) for k, v in latents.items()})
         return log_lik.sum() * (num_data / x.shape[0]), kl + latent_kl
 
 

@@ -1,5 +1,5 @@
 """The Radial variational family (Farquhar, Osborne & Gal 2020) as a Pyro AutoGuide, with an
-M-independent Monte Carlo KL (Nazarovs, Mehta, Lokhande & Singh 2021).
+exact or M-independent Monte Carlo KL (Nazarovs, Mehta, Lokhande & Singh 2021).
 
 **Family.**  For one parameter tensor with D entries (Farquhar, Osborne & Gal 2020)
 
@@ -11,20 +11,9 @@ analytic (Farquhar et al. 2020 eq. 5, with the constant made explicit):
 
     H(q) = Σ_i log σ_i + ½ log(πe/2) + log S_{D−1} − (D−1)(γ + log 2)/2.
 
-**Prior cross-entropy** E_q[−log p(w)] by M Monte Carlo draws ξ_1..ξ_M:
-
-* ``"naive"``: (1/M) Σ_m −log p(μ + σ ⊙ ξ_m) with autograd through all M weight draws — the
-  graph (and memory) grows linearly in M; works for any prior;
-* ``"reparameterized"``: for a Normal prior N(m, s²) the integrand is a polynomial of degree 2
-  in ξ,
-
-      −log p(w_i) = log s_i + ½ log 2π + [(μ_i−m_i)² + 2(μ_i−m_i)σ_i ξ_i + σ_i² ξ_i²] / (2 s_i²),
-
-  so the ξ draws (which carry no gradient) enter only through the per-weight averages
-  ξ̄_i = (1/M) Σ_m ξ_mi and (ξ²)‾_i = (1/M) Σ_m ξ_mi².  They are accumulated in chunks under
-  ``no_grad`` and the graph holds the three terms μ², 2μσξ̄, σ²(ξ²)‾ — its size and the memory
-  are independent of M, and with the same random stream the value and gradients equal the
-  naive estimator's exactly.
+**Prior cross-entropy** E_q[−log p(w)]: in closed form for Normal priors (the default), or by
+M Monte Carlo draws with the M-independent "reparameterized" estimator of Nazarovs et al. (2021)
+or the naive one — see :mod:`inference.variational.radial_kl`.
 
 :class:`AutoRadial` is an ``AutoGuide`` for any Pyro model: Radial factors on real-valued sites,
 the ``AutoNormal`` construction on constrained ones (e.g. a noise precision).  Its
@@ -37,7 +26,7 @@ from __future__ import annotations
 
 import math
 from operator import attrgetter
-from typing import Iterator, Optional
+from typing import Optional
 
 import pyro
 import torch
@@ -48,24 +37,27 @@ from pyro.infer.autoguide.utils import deep_setattr
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import biject_to
 
-from .families import fast_exp
-from .latents import is_real_support, normal_prior_params, sample_unconstrained
+from .latents import is_real_support, normal_prior_params, sample_unconstrained, unconstrained_draw
 from .protocol import SNR_RULE, ModuleLocalParams, PruningRule
+from .radial_kl import (
+    DEFAULT_CHUNK_ELEMENTS,
+    MC_KL_ESTIMATORS,
+    radial_cross_entropy,
+    radial_noise_chunks,
+    resolve_mc_kl,
+)
 
 __all__ = [
     "RadialNormal",
     "AutoRadial",
     "MC_KL_ESTIMATORS",
     "radial_entropy_constant",
+    "radial_noise",
     "radial_noise_chunks",
     "radial_cross_entropy",
-    "check_mc_kl_options",
+    "resolve_mc_kl",
 ]
 
-MC_KL_ESTIMATORS = ("reparameterized", "naive")
-#: elements of noise held at once while accumulating ξ̄ and (ξ²)‾: bounds the memory independently
-#: of M (4 MiB in float32); larger chunks mean fewer, bigger kernels (faster on a GPU)
-DEFAULT_CHUNK_ELEMENTS = 2**20
 _EULER_GAMMA = 0.5772156649015329
 
 
@@ -73,6 +65,20 @@ def radial_entropy_constant(dim: int) -> float:
     """H(ξ) of the D-dimensional radial noise ξ = r ε/‖ε‖ (so H(q) = Σ log σ + this)."""
     log_sphere = math.log(2.0) + 0.5 * dim * math.log(math.pi) - math.lgamma(0.5 * dim)
     return 0.5 * math.log(math.pi * math.e / 2) + log_sphere - 0.5 * (dim - 1) * (_EULER_GAMMA + math.log(2.0))
+
+
+def radial_noise(shape: torch.Size, event_dim: int, like: torch.Tensor) -> torch.Tensor:
+    """ξ = r ε/‖ε‖ of ``shape``, normalised over the last ``event_dim`` dims (no gradient).
+
+    Draws ε ``[shape]`` then r ``[batch, 1, ..]`` from the global generator (the stream of
+    :meth:`RadialNormal.rsample`), with the dtype and device of ``like``.
+    """
+    options = {"dtype": like.dtype, "device": like.device}
+    eps = torch.randn(shape, **options)
+    dims = tuple(range(-event_dim, 0))
+    norm = torch.linalg.vector_norm(eps, dim=dims, keepdim=True) if event_dim else eps.abs()
+    radius = torch.randn(shape[: len(shape) - event_dim] + (1,) * event_dim, **options)
+    return eps.mul_(radius.div_(norm))
 
 
 class RadialNormal(TorchDistribution):
@@ -106,12 +112,8 @@ class RadialNormal(TorchDistribution):
         return RadialNormal(self.loc.expand(shape), self.scale.expand(shape), len(self.event_shape))
 
     def rsample(self, sample_shape=torch.Size()):
-        shape = self._extended_shape(sample_shape)
-        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
-        norm = torch.linalg.vector_norm(eps, dim=self._event_dims, keepdim=True) if self.event_shape else eps.abs()
-        radius_shape = shape[: len(shape) - len(self.event_shape)] + (1,) * len(self.event_shape)
-        radius = torch.randn(radius_shape, dtype=self.loc.dtype, device=self.loc.device)
-        return self.loc + self.scale * eps * (radius / norm)
+        xi = radial_noise(self._extended_shape(sample_shape), len(self.event_shape), self.loc)
+        return self.loc + self.scale * xi
 
     def log_prob(self, value):
         dim = max(1, self.event_shape.numel())
@@ -126,90 +128,6 @@ class RadialNormal(TorchDistribution):
         return log_scale + radial_entropy_constant(max(1, self.event_shape.numel()))
 
 
-def _draw_chunk(num: int, dim: int, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """``num`` Gaussian vectors ε ``[num, D]`` and their radial factors c = r/‖ε‖ ``[num]``."""
-    eps = torch.randn(num, dim, **options)
-    return eps, torch.randn(num, **options) / torch.linalg.vector_norm(eps, dim=1)
-
-
-def _chunk_sizes(dim: int, num_draws: int, chunk_elements: int) -> Iterator[int]:
-    per_chunk = max(1, chunk_elements // dim)
-    for start in range(0, num_draws, per_chunk):
-        yield min(per_chunk, num_draws - start)
-
-
-def radial_noise_chunks(
-    shape: torch.Size, num_draws: int, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, like: Optional[torch.Tensor] = None
-) -> Iterator[torch.Tensor]:
-    """``num_draws`` radial noise vectors ξ = c ε for a tensor of ``shape``, as ``[m, D]`` chunks.
-
-    Both cross-entropy estimators consume this one random stream, so with the same seed they
-    see the same draws.  Each chunk holds at most ``max(D, chunk_elements)`` numbers, with the
-    dtype and device of ``like`` (default: float32 on the CPU).
-    """
-    dim = max(1, int(torch.Size(shape).numel()))
-    options = {"dtype": like.dtype, "device": like.device} if like is not None else {}
-    for num in _chunk_sizes(dim, num_draws, chunk_elements):
-        eps, scale = _draw_chunk(num, dim, options)
-        yield eps.mul_(scale.unsqueeze(1))
-
-
-def _xi_moments(shape, num_draws: int, chunk_elements: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-weight ξ̄ and (ξ²)‾ over ``num_draws`` draws (no gradient; memory independent of M).
-
-    Per chunk: Σ_m ξ_m = εᵀc and Σ_m ξ_m² = (ε²)ᵀc² — two matrix-vector products, the same
-    random stream as :func:`radial_noise_chunks`.
-    """
-    dim = max(1, int(torch.Size(shape).numel()))
-    options = {"dtype": like.dtype, "device": like.device}
-    first, second = like.new_zeros(dim), like.new_zeros(dim)
-    for num in _chunk_sizes(dim, num_draws, chunk_elements):
-        eps, scale = _draw_chunk(num, dim, options)
-        first.addmv_(eps.T, scale)
-        second.addmv_(eps.square_().T, scale.square_())
-    return (first / num_draws).view(shape), (second / num_draws).view(shape)
-
-
-def radial_cross_entropy(
-    loc: torch.Tensor,
-    scale: torch.Tensor,
-    prior,
-    num_draws: int,
-    estimator: str = "reparameterized",
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-    site: str = "site",
-) -> torch.Tensor:
-    """Monte Carlo E_q[−log p(w)] for a Radial factor (see the module docstring).
-
-    Args:
-        loc, scale: μ and σ, the site's shape (differentiable).
-        prior: the site's prior distribution (event shape = site shape); Normal for
-            ``"reparameterized"``, anything with ``log_prob`` for ``"naive"``.
-        num_draws: M ≥ 1.
-        estimator: ``"reparameterized"`` (graph independent of M) or ``"naive"``.
-    Returns:
-        a scalar with gradients w.r.t. ``loc`` and ``scale``.
-    """
-    if estimator == "naive":
-        chunks = radial_noise_chunks(loc.shape, num_draws, chunk_elements, loc)
-        xi = torch.cat(list(chunks)).view(num_draws, *loc.shape)
-        return -prior.log_prob(loc + scale * xi).mean()
-    prior_loc, prior_scale = normal_prior_params(prior, site)
-    with torch.no_grad():
-        mean_xi, mean_xi_sq = _xi_moments(loc.shape, num_draws, chunk_elements, loc)
-    centred = loc - prior_loc
-    quad = centred * centred + 2 * centred * scale * mean_xi + scale * scale * mean_xi_sq
-    log_scale = math.log(prior_scale) if isinstance(prior_scale, float) else torch.log(prior_scale)
-    return (log_scale + 0.5 * math.log(2 * math.pi) + quad / (2 * prior_scale**2)).sum()
-
-
-def check_mc_kl_options(mc_kl_samples, mc_kl_estimator):
-    if isinstance(mc_kl_samples, bool) or not isinstance(mc_kl_samples, int) or mc_kl_samples < 1:
-        raise ValueError(f"mc_kl_samples (M) must be an integer >= 1, got {mc_kl_samples!r}")
-    if mc_kl_estimator not in MC_KL_ESTIMATORS:
-        raise ValueError(f"unknown mc_kl_estimator {mc_kl_estimator!r}; valid: {', '.join(MC_KL_ESTIMATORS)}")
-
-
 class AutoRadial(ModuleLocalParams, AutoGuide):
     """Radial posterior (Farquhar, Osborne & Gal 2020) on every real-valued latent site of a Pyro model.
 
@@ -217,8 +135,11 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         model: a Pyro model (e.g. ``bnn.model``); sites must lie outside plates (global latents).
         init_loc_fn: per-site initialisation of μ (Pyro's ``init_to_*`` functions).
         init_scale: initial σ of every entry (and of the constrained sites' Normal factors).
-        mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1).
-        mc_kl_estimator: ``"reparameterized"`` (M-independent; Normal priors) or ``"naive"``.
+        mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1); give it to
+            use a Monte Carlo estimator (default: none, the exact cross-entropy).
+        mc_kl_estimator: ``"exact"`` (closed form; Normal priors), ``"reparameterized"``
+            (M-independent; Normal priors) or ``"naive"`` (any prior); default from
+            :func:`~inference.variational.radial_kl.resolve_mc_kl`.
         chunk_elements: noise elements held at once while accumulating (memory bound).
     """
 
@@ -228,11 +149,11 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         *,
         init_loc_fn=init_to_feasible,
         init_scale: float = 1e-3,
-        mc_kl_samples: int = 1,
-        mc_kl_estimator: str = "reparameterized",
+        mc_kl_samples: Optional[int] = None,
+        mc_kl_estimator: Optional[str] = None,
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     ):
-        check_mc_kl_options(mc_kl_samples, mc_kl_estimator)
+        mc_kl_samples, mc_kl_estimator = resolve_mc_kl(mc_kl_samples, mc_kl_estimator)
         if not (math.isfinite(init_scale) and init_scale > 0):
             raise ValueError(f"init_scale must be positive, got {init_scale}")
         self.init_scale = float(init_scale)
@@ -277,7 +198,7 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         """``(μ, σ/√D)``: the mean and the marginal sd of each of the site's D entries, detached."""
         with torch.no_grad():
             loc, log_scale = self._radial_params(name)
-            return loc.detach(), fast_exp(log_scale - 0.5 * math.log(max(1, loc.numel())))
+            return loc.detach(), torch.exp(log_scale - 0.5 * math.log(max(1, loc.numel())))
 
     def pruning_rule(self) -> PruningRule:
         """|μ|/(σ/√D) < λ (Graves 2011's signal-to-noise rule on the marginal sd)."""
@@ -308,15 +229,60 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         return values
 
     def site_kl(self, name: str, prior) -> Optional[torch.Tensor]:
-        """−H(q_site) + M-draw cross-entropy for a Radial site; ``None`` for the others (MC KL)."""
+        """−H(q_site) + the prior cross-entropy (exact, or from M draws) for a Radial site; ``None`` for
+        the others (one-sample MC KL)."""
         if name not in self._radial_sites:
             return None
         loc, log_scale = self.site_params(name)
         entropy = log_scale.sum() + radial_entropy_constant(max(1, loc.numel()))
         cross = radial_cross_entropy(
-            loc, log_scale.exp(), prior, self.mc_kl_samples, self.mc_kl_estimator, self.chunk_elements, name
+            loc, log_scale.exp(), prior, self.mc_kl_samples, self.mc_kl_estimator, self.chunk_elements, name,
+            self._normal_params(name, prior) if self.mc_kl_estimator != "naive" else None,
         )
         return cross - entropy
+
+    def _normal_params(self, name: str, prior) -> tuple:
+        """``normal_prior_params(prior, name)``, cached while ``prior`` is the same object (no per-step scan)."""
+        cache = self.__dict__.setdefault("_normal_params_cache", {})
+        if name not in cache or cache[name][0] is not prior:
+            cache[name] = (prior, normal_prior_params(prior, name))
+        return cache[name][1]
+
+    def elbo_terms(self, bnn, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One-draw ``(E_q[(N/n) Σ log p(y|x,w)], KL(q‖p))`` on a minibatch without Pyro traces.
+
+        The estimator of :func:`inference.elbo.elbo_terms` on this guide and ``bnn.model`` (valid for a
+        model whose Pyro program is the stock :meth:`~zoo.bnn.BayesianNetwork.model`), with the same
+        random numbers in the same order for a seed: the guide's draws (each Radial site's ε and r,
+        then the constrained sites' Normal noise), the data plate's permutation when ``n < N``
+        (drawn and discarded), then the M cross-entropy draws (Monte Carlo estimators only) of every
+        Radial site in the model's order (:meth:`site_kl`); the constrained sites' KL is the one-sample log q(z) − log p(z).
+
+        Args:
+            bnn: the model this guide was built from.
+            x, y: minibatch ``[n, ...]`` and its targets.
+            num_data: ``N``; the log-likelihood is scaled by N/n.
+        Returns:
+            scalars with gradients: the scaled expected log-likelihood and the KL.
+        """
+        priors = bnn.prior_distributions()
+        values, kl = {}, x.new_zeros(())
+        for name, event_dim in self._radial_sites.items():
+            loc, log_scale = self.site_params(name)
+            values[name] = torch.addcmul(loc, log_scale.exp(), radial_noise(loc.shape, event_dim, loc))
+        for name in self._other_sites:
+            loc, log_scale = self.site_params(name)
+            values[name], estimate = unconstrained_draw(loc, log_scale.exp(), priors[name])
+            kl = kl + estimate
+        if x.shape[0] < num_data:
+            torch.randperm(num_data)  # the data plate's subsample draw on Pyro's path (keeps the stream aligned)
+        weights = {site.name for site in bnn.sites}
+        f = bnn.forward_single({n: v for n, v in values.items() if n in weights}, x)
+        latents = {n: v.unsqueeze(0) for n, v in values.items() if n not in weights}
+        log_lik = bnn.likelihood.training_log_prob(f.unsqueeze(0), y, latents).sum() * (num_data / x.shape[0])
+        for name in self._radial_sites:
+            kl = kl + self.site_kl(name, priors[name])
+        return log_lik, kl
 
 
 def _raw_param(container: PyroModule, name: str) -> torch.nn.Parameter:
@@ -325,8 +291,8 @@ def _raw_param(container: PyroModule, name: str) -> torch.nn.Parameter:
     return getattr(owner, leaf + "_unconstrained")
 
 
-def build_radial_guide(bnn, init_values, init_scale: float = 1e-3, mc_kl_samples: int = 1,
-                       mc_kl_estimator: str = "reparameterized", chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> AutoRadial:
+def build_radial_guide(bnn, init_values, init_scale: float = 1e-3, mc_kl_samples: Optional[int] = None,
+                       mc_kl_estimator: Optional[str] = None, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> AutoRadial:
     """Guide builder for :data:`inference.guides.GUIDES`: an :class:`AutoRadial` of ``bnn.model``."""
     from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 

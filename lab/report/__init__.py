@@ -6,8 +6,9 @@ A report reads what a run stored — its folder, or the in-memory
 ``RUN_DIR/report.html`` per run — configuration and timings, R-hat / ESS / MCSE with
 trace and rank plots, HMC/NUTS energy and divergences, the ELBO and KL-annealing curves,
 PSIS-LOO and WAIC with Pareto-k̂ warnings, calibration (coverage-vs-nominal and PIT, or
-reliability and ECE), 1-D predictive bands and per-layer log α / sparsity — and, for
-several runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
+reliability and ECE), 1-D predictive bands, the likelihood (its options, the posterior of its
+noise sd / degrees of freedom, a PIT QQ plot and tail check of the residuals), per-member
+metrics and per-layer log α / sparsity — and, for several runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
 A section that does not apply to a run says so in one line.
 
 In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`, and
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from . import compare, layers, members, predictive, sections
+from . import compare, layers, likelihood, members, predictive, sections
 from .html import Section, note, page
 from .rundata import NotApplicable, Run, as_run, open_run
 
@@ -40,6 +41,7 @@ RUN_SECTIONS: list[tuple[str, Callable[[Run], str]]] = [
     ("LOO and WAIC", predictive.loo_waic),
     ("Calibration: coverage and PIT / reliability and ECE", predictive.calibration),
     ("Predictive bands (1-D inputs)", predictive.bands),
+    ("Likelihood: observation model, its latents and residual check", likelihood.observation_model),
     ("Members: per-member and mixture metrics, disagreement", members.members),
     ("Variational layers: log α and sparsity", layers.variational_layers),
 ]

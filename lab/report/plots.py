@@ -26,6 +26,8 @@ __all__ = [
     "bands_png",
     "histograms_png",
     "stat_traces_png",
+    "pit_qq_png",
+    "binned_residuals_png",
 ]
 
 DPI = 80
@@ -196,4 +198,40 @@ def stat_traces_png(stats: Mapping[str, np.ndarray]) -> str:
         ax.set(title=name, xlabel="draw")
     if names and np.asarray(stats[names[0]]).shape[0] <= 8:
         axes[0].legend(fontsize=7)
+    return png(fig)
+
+
+def pit_qq_png(pit: np.ndarray, level: float = 0.9) -> str:
+    """Sorted PIT values against uniform quantiles (i − ½)/n, with the pointwise central ``level`` band of
+    the i-th of n uniform order statistics, Beta(i, n + 1 − i)."""
+    from scipy.stats import beta
+
+    u = np.sort(np.ravel(pit))
+    n = u.size
+    i = np.arange(1, n + 1)
+    expected = (i - 0.5) / n
+    fig, (ax,) = _figure(width=4.2, height=3.8)
+    lo, hi = beta.ppf((1 - level) / 2, i, n + 1 - i), beta.ppf((1 + level) / 2, i, n + 1 - i)
+    ax.fill_between(expected, lo, hi, color="grey", alpha=0.25, lw=0, label=f"{level:.0%} band (uniform)")
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1)
+    ax.plot(expected, u, color="C0", lw=1.3, label=f"PIT ({n} values)")
+    ax.set(xlabel="uniform quantile", ylabel="sorted PIT value", xlim=(0, 1), ylim=(0, 1), title="PIT QQ plot")
+    ax.legend(fontsize=8)
+    return png(fig)
+
+
+def binned_residuals_png(per_target: Mapping[int, Sequence[Sequence[float]]]) -> str:
+    """RMS |y − mean| against RMS predictive sd per bin of predicted noise sd, one line per target
+    (rows ``[points, RMS noise sd, RMS predictive sd, RMS residual, ratio]``)."""
+    fig, (ax,) = _figure(width=4.2, height=3.8)
+    top = 0.0
+    for target, rows in per_target.items():
+        rows = np.asarray(rows, dtype=float)
+        ax.plot(rows[:, 2], rows[:, 3], marker="o", ms=4, lw=1.2, label=f"target {target}")
+        ax.plot(rows[:, 1], rows[:, 3], marker="x", ms=4, lw=0, color=ax.lines[-1].get_color())
+        top = max(top, np.nanmax(rows[:, 1:4]))
+    ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", ls="--", lw=1, label="ideal")
+    ax.set(xlabel="RMS predictive sd (o) / noise sd (x) in the bin", ylabel="RMS |y − mean|",
+           title="residuals by predicted noise sd")
+    ax.legend(fontsize=8)
     return png(fig)

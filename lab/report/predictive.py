@@ -75,7 +75,11 @@ def loo_waic(run: Run) -> str:
             ("elpd_waic", waic.elpd_waic, waic.se, waic.elpd_waic / n), ("p_waic", waic.p_waic, None, None),
             (f"test lppd ({n_test} held-out points)", lppd, None, lppd / n_test)]
     counts = pareto_k_counts(result)
-    parts = [paragraph(f"{source} {result.n_samples} draws; log scores in original units. elpd_loo estimates the "
+    if run.idata.log_likelihood.attrs.get("point_mass") == 1:
+        draws = "a point mass (LOO is the plug-in score Σ log p(y|ŵ), p_loo = 0)"
+    else:
+        draws = f"{result.n_samples} draws"
+    parts = [paragraph(f"{source} {draws}; log scores in original units. elpd_loo estimates the "
                        "log predictive density of new data; its per-point value can be read against the test "
                        "lppd per point."),
              table(rows, ["quantity", "estimate", "SE", "per point"]),

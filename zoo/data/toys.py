@@ -29,14 +29,19 @@ def toy1d_curve(x: np.ndarray, noise: np.ndarray | float = 0.0) -> np.ndarray:
     return x + 0.3 * np.sin(2 * math.pi * shifted) + 0.3 * np.sin(4 * math.pi * shifted) + noise
 
 
-def make_toy1d(n_train: int = 40, n_test: int = 500, seed: int = 0) -> Dataset:
+def make_toy1d(
+    n_train: int = 40, n_test: int = 500, seed: int = 0, test_range: tuple[float, float] = TOY1D_TEST_RANGE
+) -> Dataset:
     """The 1-D regression toy of Blundell et al. 2015, with a gap in the training inputs.
 
     ``y = x + 0.3 sin(2π(x+ε)) + 0.3 sin(4π(x+ε)) + ε`` with ``ε ~ N(0, 0.02²)`` drawn per point.
     Training x: half of the points (rounded down) uniform in ``[-0.1, 0.2]``, the rest uniform in
     ``[0.55, 0.85]`` (:data:`TOY1D_TRAIN_INTERVALS`), leaving the gap ``(0.2, 0.55)`` empty.
-    Test x: ``n_test`` evenly spaced points on ``[-0.5, 1.2]`` (:data:`TOY1D_TEST_RANGE`),
-    covering the gap and both outer regions, with noisy targets drawn the same way.
+    Test x: ``n_test`` evenly spaced points on ``test_range`` (default ``[-0.5, 1.2]``,
+    :data:`TOY1D_TEST_RANGE`, covering the gap and both outer regions), with noisy targets drawn
+    the same way.  A narrower range such as ``(-0.3, 1.0)`` keeps the test points within about
+    half a period of the fast sine of the data, where a posterior's coverage measures in-between
+    and near extrapolation rather than how far the prior's functions happen to reach.
 
     Returns:
         A regression :class:`Dataset` with x ``[N, 1]`` and y ``[N, 1]``, standardised with the
@@ -44,13 +49,19 @@ def make_toy1d(n_train: int = 40, n_test: int = 500, seed: int = 0) -> Dataset:
     """
     if n_train < 2 or n_test < 1:
         raise DataError(f"make_toy1d needs n_train >= 2 and n_test >= 1, got {n_train} and {n_test}.")
+    try:
+        low, high = (float(v) for v in test_range)
+    except (TypeError, ValueError):
+        raise DataError(f"make_toy1d test_range must be a pair (low, high) of numbers, got {test_range!r}.") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise DataError(f"make_toy1d test_range must be finite with low < high, got {test_range!r}.")
     rng = np.random.default_rng(seed)
     (low_a, high_a), (low_b, high_b) = TOY1D_TRAIN_INTERVALS
     n_first = n_train // 2
     x_train = np.concatenate(
         [rng.uniform(low_a, high_a, n_first), rng.uniform(low_b, high_b, n_train - n_first)]
     )
-    x_test = np.linspace(*TOY1D_TEST_RANGE, n_test)
+    x_test = np.linspace(low, high, n_test)
     y_train = toy1d_curve(x_train, rng.normal(0.0, TOY1D_NOISE_SD, n_train))
     y_test = toy1d_curve(x_test, rng.normal(0.0, TOY1D_NOISE_SD, n_test))
     info = {
@@ -58,7 +69,7 @@ def make_toy1d(n_train: int = 40, n_test: int = 500, seed: int = 0) -> Dataset:
         "seed": seed,
         "noise_sd": TOY1D_NOISE_SD,
         "train_intervals": TOY1D_TRAIN_INTERVALS,
-        "test_range": TOY1D_TEST_RANGE,
+        "test_range": (low, high),
     }
     return regression_dataset(
         "toy1d",
