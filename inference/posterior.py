@@ -23,6 +23,7 @@ import torch
 
 from zoo.bnn import BayesianNetwork
 from zoo.data import check_finite_array
+from zoo.likelihoods import PredictiveMixture
 
 from .arviz_export import to_inference_data
 from .guides import build_guide
@@ -110,7 +111,7 @@ class Posterior:
         likelihood = bnn.likelihood
         regression = likelihood.task == "regression"
         units = self._unit_kwargs()
-        fs, ys, noise_vars, log_liks = [], [], [], []
+        fs, ys, noise_vars, log_liks, mixtures = [], [], [], [], []
         pit_sum = 0.0
         for values in self._param_chunks(num_samples, seed, chunk_size):
             f = bnn.forward_draws(values, x)
@@ -122,6 +123,8 @@ class Posterior:
                 if y is not None:
                     pit_sum = pit_sum + likelihood.cdf(f, y, latents, **units) * f.shape[0]
                 noise_vars.append(likelihood.noise_variance(f, latents) * bnn.target_scale**2)
+                mixture = PredictiveMixture(**likelihood.mixture_params(f, latents))
+                mixtures.append(mixture.to_original_units(bnn.target_loc, bnn.target_scale))
                 f = bnn.to_original_units(likelihood.predictive_mean(f, latents))
                 y_draw = bnn.to_original_units(y_draw)
             fs.append(f)
@@ -134,6 +137,7 @@ class Posterior:
             noise_var=torch.cat(noise_vars) if noise_vars else None,
             log_lik=torch.cat(log_liks) if log_liks else None,
             pit=pit_sum / f.shape[0] if (regression and y is not None) else None,
+            mixture=PredictiveMixture.cat(mixtures) if mixtures else None,
         )
 
     def _unit_kwargs(self):

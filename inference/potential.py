@@ -227,8 +227,10 @@ def compiled(fn, enabled: bool, *args):
     if not enabled:
         return eager
     own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    # the tensor guards check every input's size and stride, so inductor's own per-call size asserts are redundant
-    options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe, "size_asserts": False, "alignment_asserts": False}
+    # the tensor guards check every input's size and stride, so inductor's own per-call size asserts are
+    # redundant; compiling in-process skips starting a pool of compile workers (seconds on a busy machine)
+    options = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe, "size_asserts": False, "alignment_asserts": False,
+               "compile_threads": 1}
     state = {"fn": partial(torch.compile(own, dynamic=False, options=options), *args)}
 
     def call(*call_args):

@@ -2,7 +2,11 @@
 
 Its summaries (:meth:`Prediction.summaries`) are what ``Posterior.to_arviz`` stores for
 reports: predictive mean and sd, central intervals, PIT values (Gneiting & Raftery 2007)
-and mean class probabilities.
+and mean class probabilities.  A regression prediction carries its predictive mixture
+(:class:`~zoo.likelihoods.PredictiveMixture`, the per-draw observation models), so its
+central intervals are the exact quantiles of the mixture, the same distribution whose CDF
+gives the PIT values: a target lies in the ``level`` interval iff its PIT value lies in
+``[(1 − level)/2, (1 + level)/2]``.
 """
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+
+from zoo.likelihoods import PredictiveMixture
 
 from .summary_table import fmt, html_table, text_table
 
@@ -32,6 +38,9 @@ class Prediction:
             heteroscedastic; ``+inf`` for a Student-t with ν ≤ 2).
         log_lik: ``[S, N]`` log p(y_n | draw s) of given targets in original units, else ``None``.
         pit: ``[N, T]`` predictive mixture CDF at the given targets (regression), else ``None``.
+        mixture: regression: the predictive mixture (1/S) Σ_s p(y | draw s) in original units
+            (per-draw location ``[S, N, T]``, scale ``[S, N or 1, T]`` and, for a Student-t,
+            degrees of freedom), from ``likelihood.mixture_params``; else ``None``.
     """
 
     task: str
@@ -40,6 +49,7 @@ class Prediction:
     noise_var: Optional[torch.Tensor] = None
     log_lik: Optional[torch.Tensor] = None
     pit: Optional[torch.Tensor] = None
+    mixture: Optional[PredictiveMixture] = None
 
     @property
     def num_samples(self) -> int:
@@ -72,13 +82,13 @@ class Prediction:
         return self.f.std(0, unbiased=False)
 
     def interval(self, level: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
-        """Central ``level`` predictive interval ``([N, T], [N, T])`` from the observation draws."""
+        """Central ``level`` predictive interval ``([N, T], [N, T])``, observation noise included: the
+        ``(1 ∓ level)/2`` quantiles of the predictive mixture (exact, not from the draws ``y``)."""
         self._require("regression")
-        if not 0 < level < 1:
-            raise ValueError(f"interval level must be in (0, 1), got {level}")
-        q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=self.y.dtype)
-        lo, hi = torch.quantile(self.y, q, dim=0)
-        return lo, hi
+        if self.mixture is None:
+            raise ValueError("this prediction carries no predictive mixture (mixture=None); make it with "
+                             "Posterior.predict to get intervals")
+        return self.mixture.interval(level)
 
     def summaries(self, levels=(0.5, 0.9)) -> dict:
         """Per-point summaries ``{name: [N] or [N, O|K]}``: what a report reads instead of predicting again.

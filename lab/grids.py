@@ -231,7 +231,8 @@ def _bdl(fast: bool, data_root) -> list:
             spec = RunSpec(data="digits", model="lenet300100", stochastic=stochastic, backend=backend, seed=seed,
                            **options)
             runs.append(Run(_slug("digits", method, seed), spec, {"dataset": "digits", "method": method, "seed": seed}))
-    return runs
+    # digits seed k right after UCI split k: a sweep stopped early has both
+    return sorted(runs, key=lambda run: run.labels.get("split", run.labels.get("seed")))
 
 
 STRUCTURED_VARIANTS = ["all"] + [f"structured:{p}" for p in

@@ -87,13 +87,15 @@ def _figure_euler(summary, plt):
 
 
 def _figure_uci(summary, plt):
-    """Test RMSE per dataset: one bar group per backend × stochastic subset, one bar per likelihood."""
+    """Test RMSE per dataset (log scale: a diverged fit does not hide the others): one bar group per
+    backend × stochastic subset, one bar per likelihood."""
     datasets = list(dict.fromkeys(summary["dataset"]))
     summary = summary.assign(config=summary["backend"] + " " + summary["stochastic"])
     series = "likelihood" if "likelihood" in summary else None
     fig, axes = plt.subplots(1, len(datasets), figsize=(3.6 * len(datasets), 3.8), squeeze=False)
     for ax, name in zip(axes[0], datasets):
-        _bars(ax, summary[summary["dataset"] == name], "config", series, "rmse", "test RMSE")
+        _bars(ax, summary[summary["dataset"] == name], "config", series, "rmse", "test RMSE (log scale)")
+        ax.set_yscale("log")
         ax.set_title(name, fontsize=9)
     return fig
 

@@ -67,6 +67,16 @@ def test_toy1d_shapes_gap_and_grid():
         make_toy1d(n_train=1)
 
 
+def test_toy1d_test_range_moves_only_the_test_grid():
+    default, narrow = make_toy1d(seed=2), make_toy1d(seed=2, test_range=(-0.3, 1.0))
+    assert torch.equal(default.x_train, narrow.x_train) and torch.equal(default.y_train, narrow.y_train)
+    x = narrow.x_to_original(narrow.x_test).squeeze(-1)
+    assert float(x.min()) == pytest.approx(-0.3, abs=1e-5) and float(x.max()) == pytest.approx(1.0, abs=1e-5)
+    for bad in [(1.0, -0.3), (0.0, float("inf")), (0.5,), "wide"]:
+        with pytest.raises(DataError, match="test_range"):
+            make_toy1d(test_range=bad)
+
+
 def test_toy1d_targets_follow_the_curve():
     """To first order in ε the residual about the noiseless curve is ε g(x) with
     g = 1 + 0.6π cos(2πx) + 1.2π cos(4πx), so its rms is 0.02 · rms(g) over the test grid; with

@@ -337,3 +337,70 @@ def test_run_spec_builds_heads_times_targets_outputs_and_a_deterministic_varianc
     assert {s.name: tuple(s.shape) for s in bnn.sites} == {"out.weight": (4,), "out.bias": (1,)}
     student = build_model(RunSpec(data="toy1d", hidden=[4], likelihood="studentt", noise=0.3), data)
     assert student.likelihood.options()["scale"] == 0.3 and set(student.latent_priors()) == {"dof"}
+
+
+# ---------------------------------------------------------------- the predictive mixture: exact central intervals
+def _mixture_case(name, draws):
+    """``(likelihood, f, latents, scipy frozen components [S, N, T])`` in original units (float64)."""
+    f, _, _ = _inputs(heads=2 if name == "heteroscedastic" else 1, draws=draws)
+    if name == "gaussian":
+        latents = {"noise_precision": torch.tensor([[4.0, 0.25]], dtype=torch.float64).expand(draws, 2)}
+        lik = GaussianLikelihood(learn_noise=True)
+        sd = latents["noise_precision"].rsqrt().unsqueeze(1)
+        return lik, f, latents, st.norm((LOC + SCALE * f).numpy(), (SCALE * sd).numpy())
+    if name == "heteroscedastic":
+        mean, log_var = f[..., :2], f[..., 2:]
+        return (HeteroscedasticGaussianLikelihood(), f, {},
+                st.norm((LOC + SCALE * mean).numpy(), (SCALE * (0.5 * log_var).exp()).numpy()))
+    g = torch.Generator().manual_seed(draws)
+    latents = {"noise_precision": 0.5 + 4 * torch.rand(draws, 2, generator=g, dtype=torch.float64),
+               "dof": 0.3 + 8 * torch.rand(draws, 2, generator=g, dtype=torch.float64)}  # ν < 1: very heavy tails
+    s, nu = latents["noise_precision"].rsqrt().unsqueeze(1), latents["dof"].unsqueeze(1)
+    return (StudentTLikelihood(learn_scale=True, learn_dof=True), f, latents,
+            st.t(nu.numpy(), (LOC + SCALE * f).numpy(), (SCALE * s).numpy()))
+
+
+@pytest.mark.parametrize("name", ["gaussian", "heteroscedastic", "studentt"])
+def test_predictive_mixture_quantiles_solve_the_scipy_mixture_cdf(name):
+    """Quantiles of (1/S) Σ_s p(y | draw s): scipy's mixture CDF at them is the probability (1e-6), the mixture
+    CDF is the likelihood's PIT, and one draw gives scipy's own quantile (norm.ppf / t.ppf)."""
+    from zoo.likelihoods import PredictiveMixture
+
+    for draws in (1, 5):
+        lik, f, latents, components = _mixture_case(name, draws)
+        mixture = PredictiveMixture(**lik.mixture_params(f, latents)).to_original_units(LOC, SCALE)
+        _, _, y = _inputs()
+        torch.testing.assert_close(mixture.cdf(y), lik.cdf(f, y, latents, target_loc=LOC, target_scale=SCALE),
+                                   rtol=0, atol=1e-12)
+        for prob in (0.025, 0.05, 0.25, 0.5, 0.95, 0.975):
+            q = mixture.quantile(prob)
+            assert q.dtype == torch.float64 and q.shape == (5, 2)
+            np.testing.assert_allclose(components.cdf(q.numpy()[None]).mean(0), prob, rtol=0, atol=1e-6)
+            if draws == 1:
+                np.testing.assert_allclose(q.numpy(), components.ppf(prob)[0], rtol=1e-7)
+    with pytest.raises(ValueError, match=r"level must be in \(0, 1\)"):
+        mixture.interval(1.0)
+
+
+@pytest.mark.parametrize("name", ["gaussian", "heteroscedastic", "studentt"])
+def test_prediction_interval_is_the_central_interval_whose_coverage_the_pit_measures(name):
+    """A target lies in the ``level`` interval iff its PIT value lies in [(1 − level)/2, (1 + level)/2]
+    (exactly, up to ties at the boundary), and the endpoints have mixture CDF (1 ∓ level)/2."""
+    from inference.metrics import coverage_from_pit
+
+    posterior, x, y = _random_posterior(name, num_draws=5, repeats=1)
+    prediction = posterior.predict(x, y=y, seed=0)
+    assert prediction.mixture.num_components == 5
+    for level in (0.5, 0.9):
+        lo, hi = prediction.interval(level)
+        bounds = ((1 - level) / 2, (1 + level) / 2)
+        for end, prob in zip((lo, hi), bounds):
+            assert float((prediction.mixture.cdf(end) - prob).abs().max()) < 1e-6
+        ties = torch.stack([(prediction.pit - b).abs() < 1e-5 for b in bounds]).any(0)
+        inside = (y >= lo) & (y <= hi)
+        by_pit = (prediction.pit >= bounds[0]) & (prediction.pit <= bounds[1])
+        assert not bool(ties.any()) and torch.equal(inside, by_pit)
+        assert float(inside.float().mean()) == coverage_from_pit(prediction.pit, level)
+        # the 5 observation draws alone give a far narrower band than the predictive mixture
+        sampled = torch.quantile(prediction.y, torch.tensor(bounds), dim=0)
+        assert float((sampled[1] - sampled[0]).mean()) < float((hi - lo).mean())

@@ -69,13 +69,15 @@ def test_all_eight_notebooks_exist():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_is_committed_clean(path):
     """Outputs are stripped (or, for ``COMMITTED_EXECUTED``, those of one full run in order, with no
-    error and an embedded figure); it opens with an explanation and has a FAST switch in its parameter cell."""
+    error and an embedded figure); it opens with an explanation and has a FAST switch in its
+    parameter cell."""
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.cells[0].cell_type == "markdown" and "$" in nb.cells[0].source  # the idea and its equation
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     if path.stem in COMMITTED_EXECUTED:
-        assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1)), f"{path.name}: run in order"
+        counts = [cell.execution_count for cell in code]
+        assert counts == list(range(1, len(code) + 1)), f"{path.name}: run top to bottom once"
         outputs = [o for cell in code for o in cell.outputs]
         assert not any(o.output_type == "error" for o in outputs) and "Traceback" not in _text(nb)
         assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name}: the figure is missing"

@@ -115,3 +115,40 @@ def test_summaries_hold_intervals_and_pit_for_regression():
     assert torch.allclose(summaries["pit"], torch.full((4, 1), 0.5))  # the target is the predictive median
     assert set(post.predict(x).summaries()) == {"mean", "sd", "epistemic_sd", "lower_50", "upper_50", "lower_90",
                                                 "upper_90"}
+
+
+def test_one_draw_gaussian_interval_is_f_plus_minus_z_sigma():
+    """S = 1: the central interval of Normal(f, σ) in original units (loc 10, scale 4 → σ = 2)."""
+    from scipy.stats import norm
+
+    post = point_mass_posterior()
+    x = torch.linspace(-1, 1, 7).unsqueeze(-1)
+    pred = post.predict(x)
+    for level in (0.5, 0.9, 0.99):
+        lo, hi = pred.interval(level)
+        z = float(norm.ppf((1 + level) / 2))
+        torch.testing.assert_close(lo, 10 + 8 * x - z * 2.0, rtol=0, atol=1e-5)
+        torch.testing.assert_close(hi, 10 + 8 * x + z * 2.0, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match=r"interval level must be in \(0, 1\)"):
+        pred.interval(0.0)
+    with pytest.raises(ValueError, match="no predictive mixture"):
+        Prediction("regression", f=pred.f, y=pred.y, noise_var=pred.noise_var).interval(0.9)
+
+
+def test_map_posterior_band_has_the_width_of_its_noise():
+    """A MAP fit is one draw: its 90 % band is f ± 1.645 σ̂ (learned noise, original units), not zero width."""
+    from inference.backends import fit
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 1, generator=g)
+    y = 3 + 2 * x + 0.3 * torch.randn(x.shape, generator=g)
+    bnn = BayesianNetwork(nn.Linear(1, 1), "all", likelihood=GaussianLikelihood(learn_noise=True), output_dim=1)
+    post = fit(bnn, x, y, backend="map", seed=0, epochs=3, batch_size=None, progress=False)
+    pred = post.predict(x, y=y)
+    assert pred.num_samples == 1
+    summaries = pred.summaries()
+    width = summaries["upper_90"] - summaries["lower_90"]
+    torch.testing.assert_close(width, 2 * 1.6448536 * pred.noise_var[0].sqrt().expand_as(width), rtol=1e-5, atol=0)
+    assert float(width.min()) > 0
+    assert coverage_from_pit(pred.pit, 0.9) == float(((y >= summaries["lower_90"]) & (y <= summaries["upper_90"]))
+                                                     .float().mean())

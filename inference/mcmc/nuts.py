@@ -10,7 +10,7 @@ needed.  A divergence (energy error above a threshold) or a U-turn stops a subtr
 finished subtree is merged into the trajectory by biased progressive sampling, and the
 whole trajectory is checked for a U-turn.  All chains build subtrees of the same size in
 lockstep; stopped chains are masked, so each chain's draw is exactly NUTS.  A subtree is
-one compiled ``while_loop`` (:func:`build_subtree`): its steps, the block masks and the
+one compiled ``torch.while_loop`` (:func:`build_subtree`): its steps, the block masks and the
 progressive-sampling uniforms stay inside the compiled call, so the per-step cost is the
 gradient and the bookkeeping arithmetic, not Python dispatch between calls.
 """
@@ -20,7 +20,6 @@ import math
 from typing import Callable, NamedTuple
 
 import torch
-from torch._higher_order_ops.while_loop import while_loop
 
 from .integrators import IntegratorState, energy_error, leapfrog
 from .metrics import velocity
@@ -189,7 +188,8 @@ def build_subtree(
     """A whole subtree: up to ``num_steps`` = 2^j :func:`subtree_step` s, stopping early once no chain is alive.
 
     Under ``torch.compile`` the steps run as one ``while_loop`` (one compiled call per subtree,
-    no Python between the leapfrog steps); eagerly, as a Python loop over the same body.
+    no Python between the leapfrog steps); eagerly, as a Python loop over the same step.  A chain
+    that has stopped keeps stepping until all have (its subtree is discarded anyway).
 
     Args:
         u: ``[L, C]`` uniforms, L ≥ 2^j; row i is the progressive-sampling uniform of step i
@@ -209,10 +209,14 @@ def build_subtree(
         new = subtree_step(value_and_grad, max_energy_error, inv_mass, step_size, energy0, _unflatten(state), ui, store, check)
         return (i + 1, *_flatten(new))
 
-    carry = (torch.zeros((), dtype=torch.int64, device=u.device), *_flatten(tree))
     if torch.compiler.is_compiling():
-        carry = while_loop(cond, body, carry)
-    else:
-        while bool(cond(*carry)):
-            carry = body(*carry)
-    return _unflatten(carry[1:])
+        carry = torch.while_loop(cond, body, (torch.zeros((), dtype=torch.int64, device=u.device), *_flatten(tree)))
+        return _unflatten(carry[1:])
+    # eagerly: every step's masks at once, and a host check for stopped chains every 16 steps
+    n = int(num_steps)
+    stores, checks = block_masks(torch.arange(n, device=u.device).unsqueeze(-1), num_steps, block_sizes)
+    for i, (ui, store, check) in enumerate(zip(u[:n].unbind(0), stores.unbind(0), checks.unbind(0))):
+        tree = subtree_step(value_and_grad, max_energy_error, inv_mass, step_size, energy0, tree, ui, store, check)
+        if i % 16 == 15 and not bool(tree.alive.any()):
+            break
+    return tree

@@ -39,8 +39,8 @@ def make_toy1d(
     ``[0.55, 0.85]`` (:data:`TOY1D_TRAIN_INTERVALS`), leaving the gap ``(0.2, 0.55)`` empty.
     Test x: ``n_test`` evenly spaced points on ``test_range`` (default ``[-0.5, 1.2]``,
     :data:`TOY1D_TEST_RANGE`, covering the gap and both outer regions), with noisy targets drawn
-    the same way.  A narrower range such as ``(-0.3, 1.0)`` keeps the test points within about
-    half a period of the fast sine of the data, where a posterior's coverage measures in-between
+    the same way.  A narrower range such as ``(-0.3, 1.0)`` keeps the test points less than half a
+    period of the fast sine (0.25 in x) from the data, where a posterior's coverage measures in-between
     and near extrapolation rather than how far the prior's functions happen to reach.
 
     Returns:
@@ -52,7 +52,9 @@ def make_toy1d(
     try:
         low, high = (float(v) for v in test_range)
     except (TypeError, ValueError):
-        raise DataError(f"make_toy1d test_range must be a pair (low, high) of numbers, got {test_range!r}.") from None
+        raise DataError(
+            f"make_toy1d test_range must be a pair (low, high) of numbers, got {test_range!r}."
+        ) from None
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise DataError(f"make_toy1d test_range must be finite with low < high, got {test_range!r}.")
     rng = np.random.default_rng(seed)

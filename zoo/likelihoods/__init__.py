@@ -6,7 +6,10 @@ Every likelihood (:class:`~zoo.likelihoods.base.Likelihood`) works in two places
   with the minibatch scaled to the full data size by the caller's plate;
 * on stacks of posterior draws (:meth:`~Likelihood.log_prob`, :meth:`~Likelihood.sample`,
   :meth:`~Likelihood.cdf`, :meth:`~Likelihood.predictive_mean`,
-  :meth:`~Likelihood.noise_variance`) with a leading sample dimension ``S`` — vectorised.
+  :meth:`~Likelihood.noise_variance`) with a leading sample dimension ``S`` — vectorised;
+  regression likelihoods also give their draws as location-scale components
+  (:meth:`~Likelihood.mixture_params`), whose :class:`PredictiveMixture` has exact CDFs and
+  quantiles (central predictive intervals).
 
 It also gives the output-space Fisher (:meth:`~Likelihood.output_fisher`, for Laplace GGNs)
 and, for optimisers, a training objective (:meth:`~Likelihood.training_log_prob`).  Draws
@@ -25,11 +28,12 @@ from typing import Optional, Union
 from .base import Likelihood
 from .categorical import CategoricalLikelihood
 from .gaussian import LOG_VARIANCE_RANGE, GaussianLikelihood, HeteroscedasticGaussianLikelihood
+from .mixture import PredictiveMixture
 from .studentt import StudentTLikelihood, student_t_cdf
 
 __all__ = ["Likelihood", "GaussianLikelihood", "HeteroscedasticGaussianLikelihood", "StudentTLikelihood",
            "CategoricalLikelihood", "LIKELIHOODS", "make_likelihood", "likelihood_options", "likelihood_from_spec",
-           "LOG_VARIANCE_RANGE",
+           "LOG_VARIANCE_RANGE", "PredictiveMixture",
            "student_t_cdf"]
 
 LIKELIHOODS = {

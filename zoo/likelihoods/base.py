@@ -89,6 +89,13 @@ class Likelihood:
         """Var[y | f, θ] ``[S, N or 1, T]`` in standardised units (regression)."""
         raise NotImplementedError
 
+    def mixture_params(self, f: torch.Tensor, latents: dict) -> dict[str, torch.Tensor]:
+        """Per-draw parameters of p(y | f, θ) as location-scale components (regression), standardised
+        units: ``{"loc": [S, N, T], "scale": [S, N or 1, T]}`` and, for a Student-t, ``"df"``
+        ``[S, 1, T]``; ``PredictiveMixture(**params)`` is the posterior predictive mixture
+        (:class:`~zoo.likelihoods.mixture.PredictiveMixture`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no location-scale predictive mixture")
+
     def output_fisher(self, f: torch.Tensor, latents: dict) -> torch.Tensor:
         """``[N, P, P]``: the Fisher information E_y[−∂² log p(y | f)/∂f²] of each point's ``P``
         network outputs, at one draw ``f`` ``[N, P]`` and latents without a sample dimension

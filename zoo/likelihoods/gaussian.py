@@ -89,6 +89,10 @@ class GaussianLikelihood(Likelihood):
         """σ² ``[S, 1, T]``."""
         return (self.noise_sd_of(latents, f) ** 2).expand(f.shape[0], 1, f.shape[-1])
 
+    def mixture_params(self, f, latents):
+        """``{"loc": f [S, N, T], "scale": σ [S, 1, T]}``."""
+        return {"loc": f, "scale": self.noise_sd_of(latents, f).expand(f.shape[0], 1, f.shape[-1])}
+
     def output_fisher(self, f, latents):
         """``diag(1/σ²)`` ``[N, T, T]``."""
         sd = self.noise_sd_of({k: v.unsqueeze(0) for k, v in latents.items()}, f.unsqueeze(0))
@@ -162,6 +166,11 @@ class HeteroscedasticGaussianLikelihood(Likelihood):
     def noise_variance(self, f, latents):
         """σ²(x) ``[S, N, T]``."""
         return self.split(f)[1].exp()
+
+    def mixture_params(self, f, latents):
+        """``{"loc": μ [S, N, T], "scale": σ(x) [S, N, T]}``."""
+        mean, log_var = self.split(f)
+        return {"loc": mean, "scale": (0.5 * log_var).exp()}
 
     def output_fisher(self, f, latents):
         """``diag(1/σ², 1/2)`` ``[N, 2T, 2T]`` in (μ, log σ²); the log σ² entry is 0 where it is clamped."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pyro.distributions as dist
+import scipy.special
 import torch
 
 from .base import Likelihood, check_positive, draw_device, standardise
@@ -100,6 +101,12 @@ class StudentTLikelihood(Likelihood):
         var = torch.where(dof > 2, var, torch.full_like(var, float("inf")))
         return var.expand(f.shape[0], 1, f.shape[-1])
 
+    def mixture_params(self, f, latents):
+        """``{"loc": f [S, N, T], "scale": s [S, 1, T], "df": ν [S, 1, T]}``."""
+        scale, dof = self.parameters_of(latents, f)
+        shape = (f.shape[0], 1, f.shape[-1])
+        return {"loc": f, "scale": scale.expand(shape), "df": dof.expand(shape)}
+
     def output_fisher(self, f, latents):
         """``diag((ν + 1) / ((ν + 3) s²))`` ``[N, T, T]``, the Fisher information of the location."""
         scale, dof = self.parameters_of({k: v.unsqueeze(0) for k, v in latents.items()}, f.unsqueeze(0))
@@ -107,54 +114,14 @@ class StudentTLikelihood(Likelihood):
         return torch.diag_embed(info.expand(f.shape))
 
 
-def student_t_cdf(t: torch.Tensor, dof: torch.Tensor, max_terms: int = 500) -> torch.Tensor:
+def student_t_cdf(t: torch.Tensor, dof: torch.Tensor) -> torch.Tensor:
     """CDF of the standard Student-t with ``dof`` degrees of freedom at ``t`` (broadcast).
 
-    ``F(t) = 1 − ½ I_x(ν/2, ½)`` for ``t > 0`` (``½ I_x`` for ``t ≤ 0``) with ``x = ν/(ν + t²)``
-    and ``I`` the regularised incomplete beta function, evaluated in float64 by its continued
-    fraction (modified Lentz; Press et al. 2007, §6.4), on the CPU for an MPS tensor (no float64
-    there).  Returns ``t``'s dtype and device.
+    ``F(t) = 1 − ½ I_x(ν/2, ½)`` for ``t > 0`` (``½ I_x`` for ``t ≤ 0``) with ``x = ν/(ν + t²)`` and
+    ``I`` the regularised incomplete beta function — SciPy's ``special.stdtr`` (Cephes, float64),
+    evaluated on the CPU; no gradient (the CDF serves PIT values, coverage and intervals, never
+    a training loss).  Returns ``t``'s dtype and device.
     """
-    work = torch.device("cpu") if t.device.type == "mps" else t.device
-    t64 = t.to(work, torch.float64)
-    nu = torch.as_tensor(dof).to(work, torch.float64).expand_as(t64)
-    x = nu / (nu + t64**2)
-    tail = 0.5 * _betainc(0.5 * nu, torch.full_like(nu, 0.5), x, max_terms)
-    return torch.where(t64 > 0, 1 - tail, tail).to(t.device, t.dtype)
-
-
-def _betainc(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, max_terms: int) -> torch.Tensor:
-    """Regularised incomplete beta ``I_x(a, b)`` (float64, elementwise)."""
-    flip = x > (a + 1) / (a + b + 2)  # the continued fraction converges fast below this point
-    a2, b2, x2 = torch.where(flip, b, a), torch.where(flip, a, b), torch.where(flip, 1 - x, x)
-    log_front = (a2 * torch.log(x2) + b2 * torch.log1p(-x2) + torch.lgamma(a2 + b2)
-                 - torch.lgamma(a2) - torch.lgamma(b2))
-    value = torch.exp(log_front) * _beta_fraction(a2, b2, x2, max_terms) / a2
-    value = torch.where(x2 > 0, value, torch.zeros_like(value))
-    return torch.where(flip, 1 - value, value)
-
-
-def _beta_fraction(a, b, x, max_terms: int, tiny: float = 1e-300, tol: float = 1e-14) -> torch.Tensor:
-    """The continued fraction of ``I_x(a, b)`` by the modified Lentz method."""
-    qab, qap, qam = a + b, a + 1, a - 1
-
-    def guard(v):
-        return torch.where(v.abs() < tiny, torch.full_like(v, tiny), v)
-
-    c = torch.ones_like(x)
-    d = 1 / guard(1 - qab * x / qap)
-    h = d.clone()
-    for m in range(1, max_terms + 1):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1 / guard(1 + aa * d)
-        c = guard(1 + aa / c)
-        h = h * d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1 / guard(1 + aa * d)
-        c = guard(1 + aa / c)
-        delta = d * c
-        h = h * delta
-        if m % 10 == 0 and bool(((delta - 1).abs() < tol).all()):
-            break
-    return h
+    t64 = t.detach().to("cpu", torch.float64)
+    nu = torch.as_tensor(dof).detach().to("cpu", torch.float64).expand_as(t64)
+    return torch.from_numpy(scipy.special.stdtr(nu.numpy(), t64.numpy())).to(t.device, t.dtype)
