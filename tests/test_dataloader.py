@@ -148,9 +148,11 @@ def test_sgmcmc_full_batch_loader_gives_the_tensor_fit(conjugate_regression, bac
     by_tensors = fit(_linear(data), data.x, data.y, backend=backend, seed=2, progress=False, batch_size=None, **options)
     loader = DataLoader(TensorDataset(data.x, data.y), batch_size=len(data.x))
     by_loader = fit(_linear(data), loader, backend=backend, seed=2, progress=False, **options)
-    assert by_loader.info["init_log_density"] == by_tensors.info["init_log_density"]
+    # the tensor path's MAP start runs Adam as one fused step function, the loader's through
+    # torch.optim.Adam: the same iterates up to float rounding, hence a tolerance, not equality
+    assert by_loader.info["init_log_density"] == pytest.approx(by_tensors.info["init_log_density"], rel=1e-5)
     for name, value in by_tensors.draws.items():
-        assert torch.equal(by_loader.draws[name], value), name
+        torch.testing.assert_close(by_loader.draws[name], value, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_sgld_from_a_fixed_order_loader_recovers_the_conjugate_posterior(conjugate_regression):

@@ -110,7 +110,6 @@ def test_map_init_reaches_the_posterior_mode(conjugate_regression):
     assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05  # Gaussian: mode = mean
 
 
-
 def test_fused_map_steps_match_torch_adam_with_cosine_annealing(conjugate_regression):
     """The one-function MAP step (:func:`inference.potential._adam_map_step`) follows
     ``torch.optim.Adam`` + ``CosineAnnealingLR`` step for step (float round-off only)."""
