@@ -29,6 +29,7 @@ import concurrent.futures as cf
 import json
 import re
 import time
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Optional
 
@@ -175,19 +176,34 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar, deadline: Opti
     return failures, queue
 
 
+class _Workers:
+    """The local worker pool, started again when a worker process died (e.g. killed from outside):
+    the runs it held fail (``BrokenProcessPool``, listed in failures.txt) and the sweep goes on."""
+
+    def __init__(self, workers: int):
+        self.workers, self.pool = workers, worker_pool(workers)
+
+    def submit(self, *args):
+        try:
+            return self.pool.submit(*args)
+        except BrokenProcessPool:
+            stop_workers(self.pool)
+            self.pool = worker_pool(self.workers)
+            return self.pool.submit(*args)
+
+
 def _run_local(runs, by_key, finished, root, workers, bar, deadline=None):
-    if workers == 0:
-        pool = _Inline()
-    else:
-        pool = worker_pool(workers)
+    pool = _Inline() if workers == 0 else _Workers(workers)
     threads = None if workers == 0 else 1
     try:
         outcome = _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
                             _wait_futures, bar, deadline, max(int(workers), 1))
     except BaseException:
-        stop_workers(pool)
+        if workers:
+            stop_workers(pool.pool)
         raise
-    pool.shutdown()
+    if workers:
+        pool.pool.shutdown()
     return outcome
 
 
