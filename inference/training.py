@@ -75,8 +75,13 @@ class NonFiniteLossError(RuntimeError):
             f"parameters (available as .posterior). Try a smaller learning rate, gradient clipping "
             f"(optimizer='clipped-adam'), or check the data scaling."
         )
-        self.step = step
+        self.step, self.what = step, what
         self.posterior = posterior
+
+    def __reduce__(self):
+        """Pickle as ``(step, what)``: the error crosses process boundaries (an experiment's worker
+        sends it to its parent) with its message and step, without the in-process ``posterior``."""
+        return type(self), (self.step, self.what)
 
 
 @dataclass

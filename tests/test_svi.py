@@ -244,3 +244,14 @@ def test_large_problem_helper_is_reproducible():
     a = make_conjugate_regression(seed=3)
     b = make_conjugate_regression(seed=3)
     assert torch.equal(a.y, b.y)
+
+
+def test_non_finite_loss_error_crosses_process_boundaries():
+    """An experiment's worker sends the error to its parent by pickling: message and step survive,
+    the in-process posterior stays behind (unpickling used to fail and break the worker pool)."""
+    import pickle
+
+    err = NonFiniteLossError(4, "the log density or its gradient", posterior=object())
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is NonFiniteLossError and str(back) == str(err)
+    assert back.step == 4 and back.posterior is None
