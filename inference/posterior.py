@@ -112,7 +112,6 @@ class Posterior:
         regression = likelihood.task == "regression"
         units = self._unit_kwargs()
         fs, ys, noise_vars, log_liks, mixtures = [], [], [], [], []
-        pit_sum = 0.0
         for values in self._param_chunks(num_samples, seed, chunk_size):
             f = bnn.forward_draws(values, x)
             latents = bnn.latents_of(values)
@@ -120,8 +119,6 @@ class Posterior:
             if y is not None:
                 log_liks.append(likelihood.log_prob(f, y, latents, **units))
             if regression:
-                if y is not None:
-                    pit_sum = pit_sum + likelihood.cdf(f, y, latents, **units) * f.shape[0]
                 noise_vars.append(likelihood.noise_variance(f, latents) * bnn.target_scale**2)
                 mixture = PredictiveMixture(**likelihood.mixture_params(f, latents))
                 mixtures.append(mixture.to_original_units(bnn.target_loc, bnn.target_scale))
@@ -130,14 +127,15 @@ class Posterior:
             fs.append(f)
             ys.append(y_draw)
         f = torch.cat(fs)
+        mixture = PredictiveMixture.cat(mixtures) if mixtures else None
         return Prediction(
             task=likelihood.task,
             f=f,
             y=torch.cat(ys),
             noise_var=torch.cat(noise_vars) if noise_vars else None,
             log_lik=torch.cat(log_liks) if log_liks else None,
-            pit=pit_sum / f.shape[0] if (regression and y is not None) else None,
-            mixture=PredictiveMixture.cat(mixtures) if mixtures else None,
+            pit=mixture.cdf(y) if (mixture is not None and y is not None) else None,
+            mixture=mixture,
         )
 
     def _unit_kwargs(self):

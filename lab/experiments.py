@@ -143,13 +143,8 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar, deadline: Opti
     """
     queue, running, failures = list(runs), {}, {}
     while queue or running:
-        if deadline is not None and time.monotonic() >= deadline:
-            if not running:
-                break
-            queue_now = []  # past the deadline: wait for the started runs only
-        else:
-            queue_now = list(queue)
-        for run in queue_now:
+        past_deadline = deadline is not None and time.monotonic() >= deadline
+        for run in [] if past_deadline else list(queue):  # past the deadline: wait for the started runs only
             if capacity is not None and len(running) >= capacity:
                 break
             if run.after is None or run.after in finished:
@@ -159,11 +154,10 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar, deadline: Opti
                 failures[run.key] = f"prerequisite {run.after} failed"
                 queue.remove(run)
                 bar.update()
-        if not running:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            failures.update({r.key: f"prerequisite {r.after} is not in the grid" for r in queue})
-            queue = []
+        if not running:  # nothing started and nothing startable: the rest waits on runs not in the grid
+            if not past_deadline:
+                failures.update({r.key: f"prerequisite {r.after} is not in the grid" for r in queue})
+                queue = []
             break
         handle, error = wait_one(list(running))
         run = running.pop(handle)

@@ -46,6 +46,15 @@ class ReplayShuffles(Sampler):
         return -(-self.num_data // self.batch_size)
 
 
+def _tensor_and_replayed_loader_fits(backend, epochs, **options):
+    """The same fit on tensors (batches of 16, seed 3) and on a DataLoader replaying those batches."""
+    x, y = _data()
+    by_tensors = fit(_bnn(), x, y, backend=backend, seed=3, progress=False, epochs=epochs, batch_size=16, **options)
+    loader = DataLoader(TensorDataset(x, y), batch_sampler=ReplayShuffles(50, 16, seed=3))
+    by_loader = fit(_bnn(), loader, backend=backend, seed=3, progress=False, epochs=epochs, **options)
+    return by_tensors, by_loader
+
+
 @pytest.mark.parametrize("backend, options", [
     ("svi", {"pretrain_epochs": 2}),  # fused ELBO path; pretraining reads the same batches
     ("svi", {"elbo_path": "pyro-trace"}),
@@ -53,9 +62,7 @@ class ReplayShuffles(Sampler):
 ])
 def test_loader_with_the_same_batches_gives_the_tensor_fit_exactly(backend, options):
     x, y = _data()
-    by_tensors = fit(_bnn(), x, y, backend=backend, seed=3, progress=False, epochs=3, batch_size=16, **options)
-    loader = DataLoader(TensorDataset(x, y), batch_sampler=ReplayShuffles(50, 16, seed=3))
-    by_loader = fit(_bnn(), loader, backend=backend, seed=3, progress=False, epochs=3, **options)
+    by_tensors, by_loader = _tensor_and_replayed_loader_fits(backend, epochs=3, **options)
     assert by_loader.info["history"]["loss"] == by_tensors.info["history"]["loss"]
     assert torch.equal(by_loader.predict(x, num_samples=5, seed=1).f, by_tensors.predict(x, num_samples=5, seed=1).f)
     assert by_loader.info["num_data"] == 50 and by_loader.info["data_loader"]["batches_per_epoch"] == 4
@@ -117,10 +124,7 @@ def test_bad_loader_calls_and_batches_are_clear_errors():
     ("mc-dropout", {"num_samples": 4}),  # its dropout masks come from the global stream the loader must not move
 ])
 def test_map_family_loader_with_the_same_batches_gives_the_tensor_fit(backend, options):
-    x, y = _data()
-    by_tensors = fit(_bnn(), x, y, backend=backend, seed=3, progress=False, epochs=4, batch_size=16, **options)
-    loader = DataLoader(TensorDataset(x, y), batch_sampler=ReplayShuffles(50, 16, seed=3))
-    by_loader = fit(_bnn(), loader, backend=backend, seed=3, progress=False, epochs=4, **options)
+    by_tensors, by_loader = _tensor_and_replayed_loader_fits(backend, epochs=4, **options)
     assert by_loader.info["history"]["loss"] == by_tensors.info["history"]["loss"]
     for name, value in by_tensors.draws.items():
         assert torch.equal(by_loader.draws[name], value), name

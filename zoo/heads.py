@@ -16,8 +16,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .architectures import output_modules
-from .stochastic import ElementMasks, Selector, as_selector
+from .stochastic import ElementMasks, Selector, as_selector, last_module_names
 
 __all__ = ["MeanHead", "HEAD_PRESETS", "head_selector"]
 
@@ -32,7 +31,7 @@ class MeanHead(Selector):
         inner: any selection (``"all"``, ``"last"``, patterns, a :class:`Selector`).
         heads: network outputs per target (2 for mean and log-variance).
 
-    The output layer is the last parametrised module (:func:`zoo.architectures.output_modules`);
+    The output layer is the module(s) ``"last"`` selects (:func:`zoo.stochastic.last_module_names`);
     its parameters whose first dimension is the network's output count are split by rows.
     """
 
@@ -48,11 +47,7 @@ class MeanHead(Selector):
         sites = self.inner.select(module, example_input)
         masks = {s.name: torch.ones(s.param_shape, dtype=torch.bool) if s.mask is None else s.mask.cpu().clone()
                  for s in sites}
-        if example_input is None and getattr(module, "last_layer_names", None) is None:
-            owners = [n for n, m in module.named_modules() if any(True for _ in m.parameters(recurse=False))]
-            heads_of = owners[-1:]
-        else:
-            heads_of = list(output_modules(module, example_input))
+        heads_of = last_module_names(module, example_input)
         split = False
         for owner in heads_of:
             for local, param in module.get_submodule(owner).named_parameters(recurse=False):

@@ -40,6 +40,7 @@ __all__ = [
     "AllParameters",
     "NoParameters",
     "LastLayer",
+    "last_module_names",
     "ModuleNames",
     "ElementMasks",
     "as_selector",
@@ -201,14 +202,19 @@ class LastLayer(Selector):
     """
 
     def _select(self, module, example_input):
-        if example_input is None and getattr(module, "last_layer_names", None) is None:
-            owners = _parametrised_module_names(module)
-            if not owners:
-                raise ValueError(f"{type(module).__name__} has no parameters: 'last' selects nothing")
-            names = (owners[-1],)
-        else:
-            names = output_modules(module, example_input)
-        return ModuleNames(list(names))._select(module, example_input)
+        return ModuleNames(list(last_module_names(module, example_input)))._select(module, example_input)
+
+
+def last_module_names(module: nn.Module, example_input=None) -> tuple[str, ...]:
+    """The module(s) that :class:`LastLayer` selects: :func:`zoo.architectures.output_modules`, or,
+    without an example input and without ``last_layer_names``, the last parametrised module in
+    registration order."""
+    if example_input is None and getattr(module, "last_layer_names", None) is None:
+        owners = _parametrised_module_names(module)
+        if not owners:
+            raise ValueError(f"{type(module).__name__} has no parameters: 'last' selects nothing")
+        return (owners[-1],)
+    return output_modules(module, example_input)
 
 
 class ModuleNames(Selector):

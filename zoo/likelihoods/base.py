@@ -15,6 +15,8 @@ import pyro.distributions as dist
 import torch
 from torch.distributions import constraints
 
+from .mixture import PredictiveMixture
+
 __all__ = ["Likelihood", "draw_device", "standardise"]
 
 
@@ -77,9 +79,10 @@ class Likelihood:
         raise NotImplementedError
 
     def cdf(self, f, y, latents, target_loc=None, target_scale=None) -> torch.Tensor:
-        """Predictive CDF ``[N, T]`` of ``y`` under the mixture of the ``S`` draws (the PIT)."""
+        """Predictive CDF ``[N, T]`` of ``y`` under the mixture of the ``S`` draws (the PIT): the
+        :class:`~zoo.likelihoods.mixture.PredictiveMixture` of :meth:`mixture_params`."""
         y, _ = standardise(y, target_loc, target_scale)
-        return self.distribution(f, latents).cdf(y.unsqueeze(0)).mean(0)
+        return PredictiveMixture(**self.mixture_params(f, latents)).cdf(y)
 
     def predictive_mean(self, f: torch.Tensor, latents: dict) -> torch.Tensor:
         """E[y | f, θ] ``[S, N, T]`` (standardised units; class probabilities for classification)."""

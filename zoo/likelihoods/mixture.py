@@ -20,11 +20,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+import scipy.special
 import torch
 
-from .studentt import student_t_cdf
-
-__all__ = ["PredictiveMixture"]
+__all__ = ["PredictiveMixture", "student_t_cdf"]
 
 #: upper bound on draws × points per block of a quantile solve (bounds the float64 work memory)
 _BLOCK_ELEMENTS = 2**20
@@ -134,6 +133,19 @@ class PredictiveMixture:
             return None if v is None else v.to(work, torch.float64).expand(self.loc.shape).reshape(S, -1)
 
         return flat(self.loc), flat(self.scale), flat(self.df), work
+
+
+def student_t_cdf(t: torch.Tensor, dof: torch.Tensor) -> torch.Tensor:
+    """CDF of the standard Student-t with ``dof`` degrees of freedom at ``t`` (broadcast).
+
+    ``F(t) = 1 − ½ I_x(ν/2, ½)`` for ``t > 0`` (``½ I_x`` for ``t ≤ 0``) with ``x = ν/(ν + t²)`` and
+    ``I`` the regularised incomplete beta function — SciPy's ``special.stdtr`` (Cephes, float64),
+    evaluated on the CPU; no gradient (the CDF serves PIT values, coverage and intervals, never
+    a training loss).  Returns ``t``'s dtype and device.
+    """
+    t64 = t.detach().to("cpu", torch.float64)
+    nu = torch.as_tensor(dof).detach().to("cpu", torch.float64).expand_as(t64)
+    return torch.from_numpy(scipy.special.stdtr(nu.numpy(), t64.numpy())).to(t.device, t.dtype)
 
 
 def _probability(value, what: str) -> float:

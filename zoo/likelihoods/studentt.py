@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import pyro.distributions as dist
-import scipy.special
 import torch
 
-from .base import Likelihood, check_positive, draw_device, standardise
+from .base import Likelihood, check_positive, draw_device
 
-__all__ = ["StudentTLikelihood", "student_t_cdf"]
+__all__ = ["StudentTLikelihood"]
 
 
 class StudentTLikelihood(Likelihood):
@@ -73,11 +72,6 @@ class StudentTLikelihood(Likelihood):
         scale, dof = self.parameters_of(latents, f)
         return dist.StudentT(dof, f, scale)
 
-    def cdf(self, f, y, latents, target_loc=None, target_scale=None):
-        y, _ = standardise(y, target_loc, target_scale)
-        scale, dof = self.parameters_of(latents, f)
-        return student_t_cdf((y.unsqueeze(0) - f) / scale, dof).mean(0)
-
     def sample(self, f, latents, generator=None):
         """``f + s · z / √(g/ν)``, ``z ~ N(0, 1)``, ``g ~ χ²_ν``; reproducible with ``generator``."""
         scale, dof = self.parameters_of(latents, f)
@@ -112,16 +106,3 @@ class StudentTLikelihood(Likelihood):
         scale, dof = self.parameters_of({k: v.unsqueeze(0) for k, v in latents.items()}, f.unsqueeze(0))
         info = ((dof + 1) / ((dof + 3) * scale**2)).reshape(-1).expand(f.shape[-1])
         return torch.diag_embed(info.expand(f.shape))
-
-
-def student_t_cdf(t: torch.Tensor, dof: torch.Tensor) -> torch.Tensor:
-    """CDF of the standard Student-t with ``dof`` degrees of freedom at ``t`` (broadcast).
-
-    ``F(t) = 1 − ½ I_x(ν/2, ½)`` for ``t > 0`` (``½ I_x`` for ``t ≤ 0``) with ``x = ν/(ν + t²)`` and
-    ``I`` the regularised incomplete beta function — SciPy's ``special.stdtr`` (Cephes, float64),
-    evaluated on the CPU; no gradient (the CDF serves PIT values, coverage and intervals, never
-    a training loss).  Returns ``t``'s dtype and device.
-    """
-    t64 = t.detach().to("cpu", torch.float64)
-    nu = torch.as_tensor(dof).detach().to("cpu", torch.float64).expand_as(t64)
-    return torch.from_numpy(scipy.special.stdtr(nu.numpy(), t64.numpy())).to(t.device, t.dtype)
