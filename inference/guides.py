@@ -136,7 +136,8 @@ def fused_elbo_blocker(bnn: BayesianNetwork, guide_name: str) -> Optional[str]:
 def _autonormal(bnn: BayesianNetwork, init_values: Mapping[str, torch.Tensor], init_scale: float = 1e-3) -> NormalGuide:
     """Mean-field Normal guide (:class:`NormalGuide`) with locs at ``init_values``.
 
-    Sites without an initial value (e.g. the noise precision) start at their prior median.
+    ``init_values`` may hold the likelihood latents too (pretraining fits them; their locs are then
+    ``T⁻¹(value)`` in the unconstrained space); a site without one starts at its prior median.
     """
     if not (init_scale > 0):
         raise ValueError(f"init_scale must be positive, got {init_scale}")

@@ -58,8 +58,9 @@ def _lenet(net):
 
 
 def _multilstm(net):
-    return "multilstm", {"input_dim": net.input_size, "output_dim": len(net.names), "hidden": net.hidden_size,
-                         "names": list(net.names), "unrolled": net.unrolled}
+    heads = {"heads": net.heads} if net.heads != 1 else {}
+    return "multilstm", {"input_dim": net.input_size, "output_dim": len(net.names) * net.heads,
+                         "hidden": net.hidden_size, "names": list(net.names), "unrolled": net.unrolled, **heads}
 
 
 def _cnn(net):

@@ -11,11 +11,12 @@ loop minimises the KL-weighted negative ELBO
 ``num_particles`` Monte Carlo draws.  β_t is KL annealing (Bowman et al. 2016): β = 0 for
 ``kl_warmup_epochs`` epochs, then a linear ramp to 1 over ``kl_anneal_epochs`` epochs.  Optional
 deterministic pretraining fits the network first (random entries as point estimates, fixed
-entries held fixed) and the guide's means start there, as Molchanov, Ashukha & Vetrov (2017)
-start from a pretrained network.  Adam with a constant, cosine or step learning-rate schedule
-and optional gradient-norm clipping; a NaN/inf loss or gradient stops the run with
-:class:`NonFiniteLossError`, which names the step and carries the posterior of the last finite
-parameters.  Progress is a ``tqdm.auto`` bar (``progress=False`` silences it).
+entries held fixed, then the likelihood's latents at their MAP) and the guide's means start
+there, as Molchanov, Ashukha & Vetrov (2017) start from a pretrained network.  Adam with a
+constant, cosine or step learning-rate schedule and optional gradient-norm clipping; a NaN/inf
+loss or gradient stops the run with :class:`NonFiniteLossError`, which names the step and
+carries the posterior of the last finite parameters.  Progress is a ``tqdm.auto`` bar
+(``progress=False`` silences it).
 
 :func:`fit_guide` is the whole fit; a backend supplies the guide and ``particle``, one draw of
 the ELBO's two terms.
@@ -34,25 +35,14 @@ from tqdm.auto import tqdm
 from .batches import as_batches, loader_info, minibatches
 from .elbo import elbo_terms
 from .guides import build_guide
+from .latent_fit import fit_latents, network_outputs
+from .lean_adam import LeanAdam, gradient_norm
 from .posterior import VariationalPosterior
 from .variational.pruning import guide_sparsity
 
-__all__ = [
-    "NonFiniteLossError",
-    "OptimiserOptions",
-    "LoopOptions",
-    "LR_SCHEDULES",
-    "OPTIMIZERS",
-    "minibatches",
-    "kl_weight",
-    "lr_scheduler",
-    "pretrain",
-    "trace_particle",
-    "average_particles",
-    "optimiser_step",
-    "run_training_loop",
-    "fit_guide",
-]
+__all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "LR_SCHEDULES", "OPTIMIZERS", "minibatches",
+           "kl_weight", "lr_scheduler", "pretrain", "trace_particle", "average_particles", "optimiser_step",
+           "run_training_loop", "fit_guide"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
 OPTIMIZERS = ("adam", "clipped-adam")
@@ -181,26 +171,32 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     """Deterministic pretraining: maximise the likelihood with every random weight as a point estimate.
 
     ``x, y`` are training tensors (minibatches of ``batch_size``), or ``x`` is a batch source of
-    :mod:`inference.batches` (then ``y`` and ``batch_size`` are not used).
-
-    Fixed (masked-out) entries stay exactly at their fixed values; likelihood latents are
-    held at their prior means.  Returns the pretrained site values ``{site: tensor}``.
+    :mod:`inference.batches` (then ``y`` and ``batch_size`` are not used).  Fixed (masked-out)
+    entries stay at their fixed values.  The likelihood's latents (noise precision, a Student-t's
+    scale and ν) are held at their prior means while the weights train, then set to their MAP given
+    the pretrained network (:func:`inference.latent_fit.fit_latents`, on the last epoch's batches, so a
+    data loader is not iterated once more and keeps the tensor path's batch sequence): a robust likelihood's redescending loss is started from a near-least-squares
+    fit, not fitted from scratch (the starting point of an MM-estimator, Yohai 1987).
+    Returns the pretrained values of every latent site ``{site: tensor}``, weights and latents.
     """
     values = {n: v.clone().requires_grad_(True) for n, v in bnn.initial_values().items()}
-    latents = {n: d.mean.unsqueeze(0) for n, d in bnn.latent_priors().items()}
-    params = list(values.values()) + bnn.deterministic_parameters()
-    if not params:
-        return {n: v.detach() for n, v in values.items()}
-    optimizer = torch.optim.Adam(params, lr=lr)
-    data = as_batches(x, y, batch_size)
-    for _ in tqdm(range(epochs), desc="pretrain", disable=not progress, leave=False):
+    latents = {n: d.mean for n, d in bnn.latent_priors().items()}
+    params, data = list(values.values()) + bnn.deterministic_parameters(), as_batches(x, y, batch_size)
+    optimizer = torch.optim.Adam(params, lr=lr) if params else None
+    last_epoch = []  # the final epoch's batches: the latent fit's data, without another pass over the source
+    for _ in tqdm(range(epochs if params else 0), desc="pretrain", disable=not progress, leave=False):
+        last_epoch.clear()
         for xb, yb in data.epoch(generator):
+            last_epoch.append((xb, yb))
             f = bnn.forward_single(values, xb)
-            loss = -bnn.likelihood.training_log_prob(f.unsqueeze(0), yb, latents).mean()
+            loss = -bnn.likelihood.training_log_prob(f.unsqueeze(0), yb, {n: v[None] for n, v in latents.items()})
             optimizer.zero_grad()
-            loss.backward()
+            loss.mean().backward()
             optimizer.step()
-    return {n: v.detach() for n, v in values.items()}
+    if latents:
+        batches = last_epoch or data.epoch(torch.Generator())
+        latents = fit_latents(bnn.likelihood, *network_outputs(bnn, values, batches), latents)
+    return {**{n: v.detach() for n, v in values.items()}, **latents}
 
 
 def trace_particle(bnn, guide, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,6 +212,9 @@ def average_particles(particle: Callable, num_particles: int, beta: float):
     ``particle() -> (expected_log_likelihood, kl)``; ``loss = β · KL − E log-lik`` keeps its
     gradient, the other two are detached (for the history).
     """
+    if num_particles == 1:  # the same numbers without the running sums (x / 1, 1 · x and 0 + x are exact)
+        ell, divergence = particle()
+        return (divergence if beta == 1.0 else beta * divergence) - ell, ell.detach(), divergence.detach()
     loss, loglik, kl = 0.0, 0.0, 0.0
     for _ in range(num_particles):
         ell, divergence = particle()
@@ -230,8 +229,9 @@ def optimiser_step(particle: Callable, num_particles: int, beta: float, optimize
     """One step of :func:`run_training_loop`: the particle-averaged loss, its finiteness, backward, the
     gradient norm (clipped at ``clip`` when finite), the optimiser and the schedule.
 
-    With ``clip = inf`` the norm is only computed (:func:`torch.nn.utils.get_total_norm`, the value
-    ``clip_grad_norm_`` returns), not applied: no pass multiplying every gradient by 1.
+    With ``clip = inf`` the norm is only computed (:func:`inference.lean_adam.gradient_norm`, the value
+    ``clip_grad_norm_`` returns), not applied: no pass multiplying every gradient by 1.  ``optimizer``
+    is a ``torch.optim`` optimiser or a :class:`~inference.lean_adam.LeanAdam`.
 
     Returns:
         ``(loss, expected_log_likelihood, kl)``, detached.
@@ -243,10 +243,7 @@ def optimiser_step(particle: Callable, num_particles: int, beta: float, optimize
         raise NonFiniteLossError(step, "the loss", result())
     optimizer.zero_grad()
     loss.backward()
-    if math.isfinite(clip):
-        norm = torch.nn.utils.clip_grad_norm_(params, clip)
-    else:
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    norm = torch.nn.utils.clip_grad_norm_(params, clip) if math.isfinite(clip) else gradient_norm(params)
     if not torch.isfinite(norm):
         raise NonFiniteLossError(step, "the gradient", result())
     optimizer.step()
@@ -283,12 +280,13 @@ def run_training_loop(
         desc, progress: tqdm label and switch.
         on_epoch: ``on_epoch(epoch) -> dict`` after each epoch; its items join the progress
             bar's postfix (e.g. per-layer sparsity).
-        fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).
+        fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).  Either Adam
+            is stepped by :class:`~inference.lean_adam.LeanAdam` (the same update, less overhead).
     """
     steps_per_epoch = data.steps_per_epoch
     total_steps = config.epochs * steps_per_epoch
-    optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
-    scheduler = lr_scheduler(optimizer, config, total_steps)
+    optimizer = LeanAdam(torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {})))
+    scheduler = lr_scheduler(optimizer.optimizer, config, total_steps)
     clip = config.clip_norm if config.optimizer == "clipped-adam" else math.inf
     step = 0
     bar = tqdm(range(config.epochs), desc=desc, disable=not progress)
@@ -342,7 +340,7 @@ def fit_guide(
         seed: seeds Pyro/torch draws and the minibatch order.
         progress: show tqdm bars.
         guide_name, guide_kwargs: the guide, built by :func:`inference.guides.build_guide` (its
-            means start at the pretrained weights when ``config.pretrain_epochs``).
+            means start at the pretrained weights and latents when ``config.pretrain_epochs``).
         particle: ``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)``.
         info: ``info(guide) -> dict`` of extra items for ``posterior.info``.
         sparsity: ``(threshold, every_epoch)``: record the guide's rule-based sparsity report in
@@ -364,7 +362,7 @@ def fit_guide(
         init_values = pretrain(
             bnn, data, None, config.pretrain_epochs, config.pretrain_lr or config.lr, None, generator, progress
         )
-        bnn.update_reference(init_values)
+        bnn.update_reference({s.name: init_values[s.name] for s in bnn.sites})
     guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
     params = list(guide.parameters()) + bnn.deterministic_parameters()
     history = {key: [] for key in HISTORY_KEYS + (("sparsity", "layer_sparsity") if sparsity else ())}

@@ -43,7 +43,7 @@ from .grid_runs import EXTRAS, Experiment, Run, load_run_data
 from .grids import EXPERIMENTS
 from .runs import RUN_FILES, RunSpec, execute, write_run
 from .store import RunLock, StoreError, check_folder, verify_run
-from .tables import make_figures, summarise, summary_markdown
+from .tables import make_figures, summarise, summary_markdown, timing_line
 
 __all__ = ["run_experiment", "run_one", "is_finished", "add_experiment_arguments", "run_experiment_command", "EXECUTORS"]
 
@@ -345,26 +345,10 @@ def write_tables(experiment: Experiment, runs, root, out, failures, timing: Opti
     summary = summarise(results, experiment.group)
     results.to_csv(out / "results.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)
-    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures) + _timing_line(results, timing))
+    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures) + timing_line(results, timing))
     files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
     files += make_figures(experiment.name, summary, out)
     return results, summary, files
-
-
-def _timing_line(results, timing: Optional[dict]) -> str:
-    """``summary.md``'s last line: this invocation's wall time and the runs' summed times (seconds)."""
-    if timing is None:
-        return ""
-    summed = float(results["run_seconds"].sum()) if "run_seconds" in results else float("nan")
-    cpu = results["run_cpu_seconds"].dropna() if "run_cpu_seconds" in results else results.iloc[:0]
-    cpu_text = f"; CPU time of the {len(cpu)} runs that record it: {cpu.sum():.0f} s ({cpu.mean():.1f} s per run)" \
-        if len(cpu) else ""
-    left = timing.get("not_started", 0)
-    stopped = (f" **Incomplete: stopped at the time limit with {left} run(s) of the grid not started**; "
-               f"`n` is the number of splits/seeds done per row.") if left else ""
-    return (f"\nWall time of this invocation: {timing['wall_seconds']:.0f} s ({timing['fitted']} runs fitted, "
-            f"{timing['found_done']} found done; {timing['executor']} executor, {timing['workers']} workers); "
-            f"summed run times of the {len(results)} runs in the table: {summed:.0f} s{cpu_text}.{stopped}\n")
 
 
 # --------------------------------------------------------------------------------------------

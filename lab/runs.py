@@ -148,7 +148,7 @@ def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
     torch.manual_seed(spec.seed)
     net = build_architecture(
         spec.model, data.input_dim, data.output_dim * likelihood.heads, hidden=spec.hidden,
-        activation=spec.activation, **({"unrolled": True} if unrolled else {}),
+        activation=spec.activation, heads=likelihood.heads, **({"unrolled": True} if unrolled else {}),
     )
     if preset:
         stochastic = ElementMasks(*preset_masks(net, preset, pretrained_state=map_state, seed=spec.seed))

@@ -1,18 +1,20 @@
 """Result tables and figures of an experiment grid: mean ± standard error per configuration.
 
 :func:`summarise` turns ``results.csv`` rows (one per run) into the summary table,
-:func:`summary_markdown` into ``summary.md``, and :func:`make_figures` draws the grid's figure.
+:func:`summary_markdown` into ``summary.md`` (:func:`timing_line` its wall-time line), and
+:func:`make_figures` draws the grid's figure.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
 from .grid_runs import CONFIDENCE_THRESHOLDS, Experiment
 
-__all__ = ["summarise", "summary_markdown", "make_figures", "FIGURES"]
+__all__ = ["summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES"]
 
 
 def summarise(results, group) -> "pd.DataFrame":
@@ -58,6 +60,22 @@ def summary_markdown(experiment: Experiment, summary, failures: dict) -> str:
 
 
 
+
+
+def timing_line(results, timing: Optional[dict]) -> str:
+    """``summary.md``'s last line: this invocation's wall time and the runs' summed times (seconds)."""
+    if timing is None:
+        return ""
+    summed = float(results["run_seconds"].sum()) if "run_seconds" in results else float("nan")
+    cpu = results["run_cpu_seconds"].dropna() if "run_cpu_seconds" in results else results.iloc[:0]
+    cpu_text = f"; CPU time of the {len(cpu)} runs that record it: {cpu.sum():.0f} s ({cpu.mean():.1f} s per run)" \
+        if len(cpu) else ""
+    left = timing.get("not_started", 0)
+    stopped = (f" **Incomplete: stopped at the time limit with {left} run(s) of the grid not started**; "
+               f"`n` is the number of splits/seeds done per row.") if left else ""
+    return (f"\nWall time of this invocation: {timing['wall_seconds']:.0f} s ({timing['fitted']} runs fitted, "
+            f"{timing['found_done']} found done; {timing['executor']} executor, {timing['workers']} workers); "
+            f"summed run times of the {len(results)} runs in the table: {summed:.0f} s{cpu_text}.{stopped}\n")
 
 
 def _bars(ax, summary, x, series, metric, label=None):

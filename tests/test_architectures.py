@@ -126,6 +126,56 @@ def test_multilstm_bad_input_and_names():
         MultiLSTM(n_outputs=2)
 
 
+def test_multilstm_builds_one_lstm_per_target_whose_head_gives_every_output_of_that_target():
+    """A heteroscedastic likelihood (2 outputs per target) on 3 angles: 3 LSTMs, not 6; output
+    ``k·3 + t`` (means, then log-variances) comes from target t's LSTM and head."""
+    net = build_architecture("multilstm", 3, 6, hidden=4, heads=2)
+    children = dict(net.named_children())
+    assert list(children) == ["lstm_phi1", "lstm_phi", "lstm_phi2", "head_phi1", "head_phi", "head_phi2"]
+    assert all(children[f"head_{n}"].out_features == 2 and children[f"head_{n}"].in_features == 12
+               for n in net.names)
+    x = torch.randn(5, 7, 3)
+    base = net(x).detach()
+    assert base.shape == (5, 6)
+    params = dict(net.named_parameters())
+    params["head_phi.weight"] = params["head_phi.weight"] + 1.0
+    changed = (functional_call(net, params, (x,)).detach() - base).abs().amax(0)
+    assert changed.nonzero().flatten().tolist() == [1, 4]  # the mean and the log-variance of target 1 only
+    with pytest.raises(ValueError, match="heads"):
+        build_architecture("multilstm", 3, 6, heads=4)
+    with pytest.raises(ValueError, match="n_outputs=3"):
+        MultiLSTM(n_outputs=3, heads=2)
+
+
+def test_multilstm_with_one_head_per_target_is_unchanged():
+    """heads=1 keeps the layout (and, for a seed, the weights and outputs) of one Linear(n*H, 1) per angle."""
+    torch.manual_seed(3)
+    built = build_architecture("multilstm", 3, 3, hidden=4)
+    torch.manual_seed(3)
+    plain = MultiLSTM(input_size=3, hidden_size=4)
+    assert [(n, p.shape) for n, p in built.named_parameters()] == [(n, p.shape) for n, p in plain.named_parameters()]
+    assert built.head_phi.weight.shape == (1, 12)
+    x = torch.randn(2, 5, 3)
+    base = plain(x).detach()
+    expected = torch.cat([getattr(plain, f"head_{n}")(torch.cat(
+        [getattr(plain, f"lstm_{m}")(x)[1][0][-1] for m in plain.names], -1)) for n in plain.names], -1)
+    torch.testing.assert_close(built(x), base)
+    torch.testing.assert_close(base, expected.detach())
+
+
+def test_multilstm_heads_round_trip_through_the_network_spec():
+    from inference.net_spec import build_net, net_spec
+
+    net = build_architecture("multilstm", 3, 6, hidden=4, heads=2)
+    spec = net_spec(net)
+    assert spec["zoo"] == "multilstm" and spec["args"]["heads"] == 2
+    rebuilt = build_net(spec)
+    rebuilt.load_state_dict(net.state_dict())
+    x = torch.randn(2, 5, 3)
+    torch.testing.assert_close(rebuilt(x), net(x))
+    assert "heads" not in net_spec(MultiLSTM(hidden_size=4))["args"]  # one head per target: the spec as before
+
+
 def test_multilstm_functional_call_fused():
     """Fused nn.LSTM works under functional_call (but not vmap: no aten::lstm batching rule)."""
     net = MultiLSTM(input_size=3, hidden_size=6)

@@ -68,20 +68,24 @@ class UnrolledLSTM(nn.Module):
 
 
 class MultiLSTM(nn.Module):
-    """Bagga et al. 2025, Fig. 1: one LSTM per Euler angle over the same sequence, three linear heads.
+    """Bagga et al. 2025, Fig. 1: one LSTM per Euler angle over the same sequence, one linear head per angle.
 
     Each LSTM ``lstm_<name>`` (one layer, batch-first) reads the *whole* input sequence; their
     last hidden states are concatenated (the "combined representation", ``[B, n*H]``) and
-    every head ``head_<name>`` (``Linear(n*H, 1)``) maps the combined representation to one
-    output; head outputs are concatenated in ``names`` order.
+    every head ``head_<name>`` (``Linear(n*H, heads)``) maps the combined representation to
+    its target's ``heads`` outputs.  The outputs are stacked head-output-major, the layout of
+    :class:`~zoo.likelihoods.Likelihood` (``P = heads · T``): output ``k·n + t`` is output
+    ``k`` of target ``t``'s head (with a heteroscedastic likelihood, ``heads = 2``: the ``n``
+    means, then the ``n`` log-variances, each pair from the same LSTM and head).
 
     Args:
         input_size: features per time step ``F`` (3, the three angles; Fig. 1 lists 17,408
             parameters per LSTM = 4*64*(3+64+1), i.e. 3 features, although it prints a
             ``(None, 15, 1)`` input).
         hidden_size: LSTM width ``H`` (64 in Fig. 1).
-        n_outputs: number of LSTM/head pairs; must equal ``len(names)``.
-        names: suffixes of the module names, default ``("phi1", "phi", "phi2")``.
+        n_outputs: network outputs ``P``; must equal ``heads * len(names)``.
+        names: one suffix per target (LSTM/head pair), default ``("phi1", "phi", "phi2")``.
+        heads: outputs per target (a likelihood's ``heads``; default 1).
         unrolled: use :class:`UnrolledLSTM` (works under ``torch.func.vmap``; slower)
             instead of the fused ``nn.LSTM`` (the default; works under
             ``torch.func.functional_call`` but **not** under ``vmap``, for lack of a batching
@@ -103,16 +107,18 @@ class MultiLSTM(nn.Module):
         hidden_size: int = 64,
         n_outputs: int = 3,
         names: Sequence[str] = ("phi1", "phi", "phi2"),
+        heads: int = 1,
         unrolled: bool = False,
     ):
         super().__init__()
         self.input_size = positive_int(input_size, "input_size")
         self.hidden_size = positive_int(hidden_size, "hidden_size")
+        self.heads = positive_int(heads, "heads")
         names = tuple(names)
-        if n_outputs != len(names):
+        if n_outputs != self.heads * len(names):
             raise ValueError(
-                f"n_outputs={n_outputs} but {len(names)} names {names!r} were given; pass "
-                f"names=... with one name per output"
+                f"n_outputs={n_outputs} but {len(names)} names {names!r} with heads={self.heads} give "
+                f"{self.heads * len(names)} outputs; pass names=... with one name per target"
             )
         if len(set(names)) != len(names) or not all(isinstance(n, str) and n.isidentifier() for n in names):
             raise ValueError(f"names must be distinct identifiers, got {names!r}")
@@ -126,7 +132,7 @@ class MultiLSTM(nn.Module):
             )
             setattr(self, f"lstm_{name}", lstm)
         for name in names:
-            setattr(self, f"head_{name}", nn.Linear(len(names) * hidden_size, 1))
+            setattr(self, f"head_{name}", nn.Linear(len(names) * hidden_size, self.heads))
         self.last_layer_names = tuple(f"head_{name}" for name in names)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -138,4 +144,5 @@ class MultiLSTM(nn.Module):
             )
         last = [getattr(self, f"lstm_{n}")(x)[1][0][-1] for n in self.names]  # each [B, H]
         combined = torch.cat(last, dim=-1)  # [B, n*H]
-        return torch.cat([getattr(self, f"head_{n}")(combined) for n in self.names], dim=-1)
+        outputs = torch.stack([getattr(self, f"head_{n}")(combined) for n in self.names], dim=-1)  # [B, heads, n]
+        return outputs.flatten(-2)

@@ -31,19 +31,21 @@ def _build_lenet(input_dim, output_dim, hidden=None, activation=None, **kw) -> n
                        activation=activation or "relu", **kw)
 
 
-def _build_multilstm(input_dim, output_dim, hidden=None, activation=None, **kw) -> nn.Module:
+def _build_multilstm(input_dim, output_dim, hidden=None, activation=None, heads=1, **kw) -> nn.Module:
     _no_option("multilstm", "activation", activation)
     if hidden is not None and not isinstance(hidden, int):
         hidden = tuple(hidden)
         if len(hidden) != 1:
             raise ValueError(f"multilstm takes one hidden size (LSTM width), got hidden={hidden!r}")
         hidden = hidden[0]
-    if "names" not in kw and output_dim is not None and output_dim != 3:
-        kw["names"] = tuple(f"y{i}" for i in range(output_dim))
+    targets = 3 if output_dim is None else output_dim // heads
+    if "names" not in kw and targets != 3:
+        kw["names"] = tuple(f"y{i}" for i in range(targets))
     return MultiLSTM(
         input_size=3 if input_dim is None else input_dim,
         hidden_size=64 if hidden is None else hidden,
-        n_outputs=3 if output_dim is None else output_dim,
+        n_outputs=targets * heads if output_dim is None else output_dim,
+        heads=heads,
         **kw,
     )
 
@@ -89,6 +91,9 @@ def _build_transformer(input_dim, output_dim, hidden=None, activation=None, **kw
     return TransformerClassifier(vocab_size, 2 if output_dim is None else output_dim, **kw)
 
 
+#: architectures with one branch per target: they take ``heads`` (outputs per target)
+PER_TARGET = ("multilstm",)
+
 ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "mlp": _build_mlp,
     "lenet300100": _build_lenet,
@@ -106,6 +111,7 @@ def build_architecture(
     output_dim: Optional[int],
     hidden=None,
     activation: Optional[str] = None,
+    heads: int = 1,
     **kw,
 ) -> nn.Module:
     """Build an architecture of :data:`ARCHITECTURES` by name.
@@ -117,18 +123,27 @@ def build_architecture(
             ``(C, S, S)``; ``transformer``: features per time step of real-valued sequences
             (ignored when ``vocab_size=`` is given; ``token_dim=`` overrides it, e.g.
             ``input_dim=64, token_dim=8`` reads 8x8 digits as 8 rows of 8 pixels).
-        output_dim: outputs / classes.
+        output_dim: outputs / classes (all of them: ``heads`` per target).
         hidden: ``mlp``: hidden widths (default one layer of 50 units, the UCI standard);
             ``multilstm``: LSTM width (default 64); ``transformer``: FFN width ``d_ff``;
             ``lenet300100`` only accepts ``(300, 100)``; ``cnn`` accepts none.
         activation: ``mlp`` / ``lenet300100`` only (default ``"relu"``).
+        heads: network outputs per target (a likelihood's ``heads``, e.g. 2 for a mean and a
+            log-variance).  An architecture with one branch per target (:data:`PER_TARGET`:
+            ``multilstm``) builds ``output_dim / heads`` branches of ``heads`` outputs each; the
+            others end in one dense layer, whose ``output_dim`` outputs serve any layout.
         **kw: passed to the class (e.g. ``vocab_size=``, ``d_model=``, ``unrolled=``,
             ``image_size=``; ``mlp`` / ``lenet300100``: ``dropout=`` rate in [0, 1), default 0).
 
     Raises:
         ValueError: unknown name (listing the valid ones) or an option the architecture
-            does not take.
+            does not take, or ``heads`` that is not a positive divisor of ``output_dim``.
     """
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {name!r}; valid architectures: {', '.join(ARCHITECTURES)}")
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or (output_dim or heads) % heads:
+        raise ValueError(f"heads (outputs per target) must be a positive divisor of output_dim={output_dim}, "
+                         f"got heads={heads!r}")
+    if name in PER_TARGET:
+        kw["heads"] = heads
     return ARCHITECTURES[name](input_dim, output_dim, hidden=hidden, activation=activation, **kw)

@@ -1,0 +1,78 @@
+"""A likelihood's own latents (noise precision, Student-t scale and ν) at their optimum for a fixed network.
+
+Given the network's outputs ``f [N, P]`` on the training data and the targets ``y [N, T]``, the
+latents θ of the likelihood (:meth:`~zoo.likelihoods.Likelihood.latent_priors`) are set to
+
+    θ̂ = argmax_θ  Σ_n log p(y_n | f_n, θ) + log p(θ),
+
+the likelihood's training objective plus the latents' log prior: with the network held fixed
+this is the MAP of θ, a smooth problem in a few scalars per target.  It is solved by L-BFGS
+(Liu & Nocedal 1989) with a strong-Wolfe line search in the unconstrained coordinates
+``u = T⁻¹(θ)`` (``T = biject_to(support)``, as the guides parametrise them), in float64.
+Deterministic pretraining (:func:`inference.training.pretrain`) alternates it with its Adam
+epochs on the weights (block coordinate ascent), so the latents reach their optimum whatever
+the weights' learning rate, and the variational guide starts there.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import torch
+from torch.distributions import biject_to
+
+__all__ = ["fit_latents", "network_outputs"]
+
+
+def fit_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str, torch.Tensor],
+                max_iter: int = 200) -> dict[str, torch.Tensor]:
+    """The MAP of ``likelihood``'s latents for fixed outputs (see the module docstring).
+
+    Args:
+        likelihood: a :class:`~zoo.likelihoods.Likelihood`; its latents are its
+            ``latent_priors(T)`` sites (none: ``{}`` is returned).
+        f: network outputs ``[N, P]`` (standardised units, ``P = heads · T``); not differentiated.
+        y: targets ``[N, T]`` (standardised units).
+        start: ``{site: [T]}`` starting values; the result has their dtype and device.
+        max_iter: L-BFGS iterations at most.
+    Returns:
+        ``{site: [T]}``, detached; ``start`` itself where the optimum is not finite.
+    """
+    priors = likelihood.latent_priors(y.shape[-1], dtype=torch.float64, device=f.device)
+    if not priors:
+        return {}
+    f64, y64 = f.detach().double().unsqueeze(0), y.detach().double()
+    transforms = {name: biject_to(prior.support) for name, prior in priors.items()}
+    raw = {name: transforms[name].inv(start[name].detach().double()).clone().requires_grad_(True) for name in priors}
+
+    def objective() -> torch.Tensor:
+        latents = {name: transforms[name](u) for name, u in raw.items()}
+        log_lik = likelihood.training_log_prob(f64, y64, {n: v.unsqueeze(0) for n, v in latents.items()}).sum()
+        log_prior = sum(priors[name].log_prob(value) for name, value in latents.items())
+        return -(log_lik + log_prior) / f64.shape[1]
+
+    optimizer = torch.optim.LBFGS(list(raw.values()), lr=1.0, max_iter=max_iter, tolerance_grad=1e-10,
+                                  tolerance_change=1e-14, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = objective()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        fitted = {name: transforms[name](u) for name, u in raw.items()}
+        if not (torch.isfinite(objective()) and all(bool(torch.isfinite(v).all()) for v in fitted.values())):
+            return {name: value.detach().clone() for name, value in start.items()}
+    return {name: value.to(start[name]) for name, value in fitted.items()}
+
+
+def network_outputs(bnn, values: Mapping[str, torch.Tensor], batches: Iterable) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(f [N, P], y [N, T])``: ``bnn``'s outputs at weight values ``values`` over ``(x, y)`` ``batches``,
+    without gradients, in the mode the network is in (as it trains)."""
+    outputs, targets = [], []
+    with torch.no_grad():
+        for xb, yb in batches:
+            outputs.append(bnn.forward_single(values, xb))
+            targets.append(yb)
+    return torch.cat(outputs), torch.cat(targets)
