@@ -280,9 +280,32 @@ def _raise_terminated(signum, frame):
     raise _Terminated()
 
 
+#: seconds a Ctrl-C may take to unwind before the process exits with 130 anyway
+CTRL_C_GRACE_SECONDS = 10.0
+_watchdogs: list = []
+
+
+def _exit_interrupted():
+    print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+def _raise_interrupt(signum, frame):
+    """Ctrl-C: ``KeyboardInterrupt`` as usual, plus a watchdog that ends the process with 130 if the
+    interrupt is lost (Python swallows an exception raised inside a finaliser, e.g. a ``__del__``
+    that the signal happened to land in; the fit would then run on).  Run folders stay whole: a run
+    is written aside and renamed into place, and the next write removes a killed writer's leftovers."""
+    watchdog = threading.Timer(CTRL_C_GRACE_SECONDS, _exit_interrupted)
+    watchdog.daemon = True
+    watchdog.start()
+    _watchdogs.append(watchdog)
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    previous_int = signal.signal(signal.SIGINT, _raise_interrupt) if in_main_thread else None
     try:
         return run_command(sys.argv[1:] if argv is None else argv)
     except (NonFiniteLossError, RunFailed) as err:
@@ -300,3 +323,6 @@ def main(argv=None) -> int:
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
+        while _watchdogs:  # the interrupt unwound in time
+            _watchdogs.pop().cancel()
