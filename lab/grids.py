@@ -96,13 +96,15 @@ def _euler(fast: bool, data_root) -> list:
                     spec = RunSpec(stochastic="all", epochs=vi_epochs, pretrain_epochs=epochs, prior="pretrained",
                                    lr=1e-3, likelihood=likelihood, **generic, **lstm,
                                    backend_options={"pretrain_lr": EULER_DETERMINISTIC_LR})
-                else:  # a linear head (2 outputs per target for the heteroscedastic one) on the frozen body's features
+                else:  # a linear head (2 outputs per target for the heteroscedastic one) on the frozen body's
+                    # features: whitened, except under a log-variance head (lab.grid_runs.frozen_features)
                     if backend == "sgld":
                         specific["step_size"] = EULER_SGLD_STEP[dataset or "angles"]
                     spec = RunSpec(data=data, model="mlp", hidden=[], stochastic="all", backend=backend, seed=seed,
                                    likelihood=likelihood, backend_options=specific, **generic)
+                features = "frozen-states" if likelihood == "heteroscedastic" else "frozen-features"
                 runs.append(Run(key, spec, {**labels, "variant": label}, extras=("euler",),
-                                dataset="frozen-features" if frozen else dataset, after=det_key if frozen else None))
+                                dataset=features if frozen else dataset, after=det_key if frozen else None))
     return runs
 
 

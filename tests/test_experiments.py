@@ -14,7 +14,7 @@ import torch
 
 from lab.runs import RunSpec
 from lab import grids
-from zoo.architectures import build_architecture
+from zoo.architectures import build_architecture, output_modules
 from lab.cli import main
 from zoo.data import Dataset
 from lab.grid_runs import Experiment, Run, frozen_features
@@ -85,6 +85,13 @@ def test_frozen_features_span_the_networks_heads():
         coef = torch.linalg.lstsq(design, net(x[:30]).double()).solution
         test_design = torch.cat([features.x_test.double(), torch.ones(10, 1, dtype=torch.double)], 1)
         assert torch.allclose(test_design @ coef, net(x[30:]).double(), atol=1e-4)
+    # unwhitened (for log-variance heads): the heads' own input, so the heads' weights apply as they are
+    states = frozen_features(data, net, whiten=False)
+    assert states.info["whitened"] is None and states.x_train.shape == (30, 15)
+    heads = [net.get_submodule(n) for n in output_modules(net, x[:2])]
+    with torch.no_grad():
+        outputs = torch.cat([h(states.x_test) for h in heads], 1)
+        assert torch.allclose(outputs, net(x[30:]), atol=1e-5)
 
 
 def test_summarise_mean_and_standard_error():
@@ -139,7 +146,10 @@ def test_grids_cover_the_seeds_variants():
     euler = EXPERIMENTS["euler-stochasticity"].build(False, None)
     variants = {r.labels["variant"] for r in euler}
     assert {"deterministic", "last-layer SVI", "full SVI", "last-layer SGLD"} <= variants
-    assert all(r.after and r.dataset == "frozen-features" for r in euler if r.labels["variant"].startswith("last"))
+    heads = [r for r in euler if r.labels["variant"].startswith("last")]
+    assert all(r.after and r.dataset == ("frozen-states" if r.spec.likelihood == "heteroscedastic" else "frozen-features")
+               for r in heads)
+    assert any(r.dataset == "frozen-states" for r in heads)
     uci = EXPERIMENTS["uci-benchmark"].build(True, None)
     assert {r.labels["split"] for r in uci} == {0, 1, 2} and {r.spec.stochastic for r in uci} == {"all", "last"}
     assert len({r.labels["dataset"] for r in uci}) == 5

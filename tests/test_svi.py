@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.stats as st
 import torch
+from torch.distributions import biject_to
 from torch import nn
 
 from conftest import flat_linear_draws, make_conjugate_regression
@@ -113,6 +114,14 @@ def test_pretraining_fits_the_likelihood_latents_and_the_guide_starts_there():
     start = guide.median()
     for name in ("dof", "noise_precision"):
         torch.testing.assert_close(start[name], values[name], rtol=1e-5, atol=0)
+    for family in ("graves", "sparse-vd", "kingma-vd"):  # the mean-field families' latent factors too
+        factors = build_guide("mean-field", bnn, init_values=values, family=family).latents
+        for name in ("dof", "noise_precision"):
+            start = biject_to(factors.priors[name].support)(factors.loc[name].detach())
+            torch.testing.assert_close(start, values[name].reshape(start.shape), rtol=1e-5, atol=0)
+    priors = build_guide("mean-field", bnn).latents  # no latent values given: the prior means
+    start = biject_to(priors.priors["dof"].support)(priors.loc["dof"].detach())
+    torch.testing.assert_close(start, priors.priors["dof"].mean, rtol=1e-5, atol=0)
 
 
 def test_progress_bar_can_be_silenced(conjugate_regression, capfd):

@@ -40,6 +40,7 @@ from torch.func import functional_call, vmap
 
 from .evaluation import NetworkEvaluation
 from .likelihoods import GaussianLikelihood, Likelihood
+from .parameter_swap import ParameterSlots
 from .priors import NormalPrior, Prior
 from .pyro_module import register_parameters, to_pyro_module
 from .stochastic import StochasticSite, as_selector
@@ -256,7 +257,13 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
     def forward_single(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """Network output ``[N, O]`` with the random sites set to one draw ``{site: site-shaped}``."""
         overrides = {name: self._site_by_name[name].to_param(v) for name, v in values.items()}
-        return functional_call(self.net, overrides, (x,), strict=False)
+        if torch.compiler.is_compiling():
+            return functional_call(self.net, overrides, (x,), strict=False)
+        slots = self.__dict__.get("_parameter_slots")
+        if slots is None or slots.net is not self.net:
+            slots = self.__dict__["_parameter_slots"] = ParameterSlots(self.net)
+        with slots.swapped(overrides):
+            return self.net(x)
 
     # ------------------------------------------------------------------ vectorised views
     def forward_draws(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ for the same one-sample estimate log q(z) − log p(z) without Pyro.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, Optional
 
 import pyro
 import pyro.distributions as dist
@@ -85,15 +85,22 @@ class LatentFactors(nn.Module):
     Args:
         priors: ``{site: prior distribution}`` (e.g. ``bnn.latent_priors()``).
         init_scale: initial sd of every unconstrained factor.
+        init_values: ``{site: value}`` (constrained space) where a factor's mean starts, e.g. the
+            latents' MAP that deterministic pretraining ends with
+            (:func:`inference.training.pretrain`); a site it lacks starts at its prior mean.
     """
 
-    def __init__(self, priors: Mapping[str, torch.distributions.Distribution], init_scale: float):
+    def __init__(self, priors: Mapping[str, torch.distributions.Distribution], init_scale: float,
+                 init_values: Optional[Mapping[str, torch.Tensor]] = None):
         super().__init__()
         self.priors = dict(priors)
         self.loc = nn.ParameterDict()
         self.log_scale = nn.ParameterDict()
+        init_values = init_values or {}
         for name, prior in self.priors.items():
-            init = biject_to(prior.support).inv(prior.mean.detach())
+            start = init_values.get(name)
+            start = prior.mean if start is None else torch.as_tensor(start).to(prior.mean).expand_as(prior.mean)
+            init = biject_to(prior.support).inv(start.detach())
             self.loc[name] = nn.Parameter(init.clone())
             self.log_scale[name] = nn.Parameter(torch.full_like(init, math.log(init_scale)))
 

@@ -156,7 +156,8 @@ class MeanFieldGuide(nn.Module):
 
     Args:
         bnn: the model (its sites, priors and likelihood latents define the guide).
-        init_values: ``{site: site-shaped tensor}`` initial means (default: the net's weights).
+        init_values: ``{site: site-shaped tensor}`` initial means (default: the net's weights; the
+            likelihood's latents, where given, e.g. by pretraining, else their prior means).
         family: ``"graves"``, ``"sparse-vd"`` or ``"kingma-vd"``.
         init_scale: initial posterior sd of every weight (and of the latents' factors).
         prior_mean, prior_sd: Graves family only — replace the model's Normal weight prior by
@@ -202,7 +203,7 @@ class MeanFieldGuide(nn.Module):
         self.scale_param = nn.Parameter(self.family.init_param(loc, float(init_scale)))
         self.prior_override = (prior_mean, prior_sd)
         self._priors = [self._site_prior(seg.name, bnn.prior_distributions()[seg.name]) for seg in segments]
-        self.latents = LatentFactors(bnn.latent_priors(), float(init_scale))
+        self.latents = LatentFactors(bnn.latent_priors(), float(init_scale), init_values)
         self._specs: dict = {}
 
     # ------------------------------------------------------------------ VariationalGuide protocol
