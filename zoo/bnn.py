@@ -17,8 +17,9 @@ Two views of the same model are provided:
   used by SVI and any Pyro guide.
 * pure-torch, vectorised functions over stacks of ``S`` parameter draws —
   :meth:`forward_draws`, :meth:`log_likelihood`, :meth:`log_prior` — built on
-  ``torch.func.functional_call`` + ``vmap``; used for prediction and by samplers that
-  need a fast potential energy.
+  :meth:`forward_single` (the network with its random sites set to one draw:
+  :class:`zoo.parameter_swap.ParameterSlots`, ``functional_call`` under ``torch.compile``) +
+  ``vmap``; used for prediction and by samplers that need a fast potential energy.
 
 Prediction evaluates the network in eval mode (:meth:`BayesianNetwork.prediction_mode`):
 dropout is off and batch normalisation uses its running statistics, so the output at a point
