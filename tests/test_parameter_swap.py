@@ -74,3 +74,21 @@ def test_forward_single_under_vmap_and_grad_matches_functional_call():
     expected = torch.autograd.grad(functional_call(bnn.net, one, (x,)).sum(), list(one.values()))
     for g, e in zip(grads, expected):
         torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+class Symmetric(nn.Module):
+    def forward(self, w):
+        return w.triu() + w.triu(1).T
+
+
+def test_parametrized_weights_swap_their_original_like_functional_call():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    nn.utils.parametrize.register_parametrization(net[0], "weight", Symmetric())
+    name = "0.parametrizations.weight.original"
+    assert name in dict(net.named_parameters())
+    x, w = torch.randn(4, 3), torch.randn(3, 3)
+    with ParameterSlots(net).swapped({name: w}):
+        out = net(x)
+    torch.testing.assert_close(out, functional_call(net, {name: w}, (x,)), rtol=0, atol=0)
+    assert not torch.equal(out, net(x))  # the network's own weight is back
