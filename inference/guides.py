@@ -72,17 +72,27 @@ class NormalGuide(ModuleLocalParams, AutoNormal):
             scalars with gradients: the scaled expected log-likelihood and the total KL (weights:
             closed form; likelihood latents: one-sample Monte Carlo, as on Pyro's path).
         """
-        params = dict(self.named_parameters())
         priors = self._normal_priors(bnn)
         factors, latents = {}, {}
-        for name, _ in self.prototype_trace.iter_stochastic_nodes():
-            loc, raw = params[f"locs.{name}_unconstrained"], params[f"scales.{name}_unconstrained"]
+        for name, loc, raw in self._site_parameters():
             if name in priors:
                 factors[name] = NormalFactor(loc, raw, *priors[name])
             else:
                 latents[name] = (loc, raw)
         terms = mean_field_normal_elbo_terms(bnn, factors, latents, x, y, num_data)
         return terms.expected_log_likelihood, terms.kl
+
+    def _site_parameters(self) -> list:
+        """``[(site, loc, raw_scale)]`` in the prototype trace's order: the unconstrained ``locs`` /
+        ``scales`` parameters, looked up once per set-up guide (not by a ``named_parameters`` walk
+        on every training step)."""
+        cached = self.__dict__.get("_site_parameter_cache")
+        if cached is None or cached[0] is not self.prototype_trace:
+            params = dict(self.named_parameters())
+            sites = [(name, params[f"locs.{name}_unconstrained"], params[f"scales.{name}_unconstrained"])
+                     for name, _ in self.prototype_trace.iter_stochastic_nodes()]
+            self.__dict__["_site_parameter_cache"] = cached = (self.prototype_trace, sites)
+        return cached[1]
 
     def _normal_priors(self, bnn: BayesianNetwork) -> dict:
         """``{weight site: (m, s)}`` of the model's Normal priors, cached while the priors are unchanged."""
