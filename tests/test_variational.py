@@ -158,6 +158,36 @@ def test_fused_path_equals_plain_autograd(family, estimator):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("family", ["sparse-vd", "kingma-vd"])
+def test_fused_steps_reuse_work_tensors_without_mixing_them(family):
+    """The dropout families' [P] work tensors come from the guide's workspace: a step's tensors are
+    reused only after its backward, so two live draws (particles) and later steps keep exact gradients;
+    a second backward through one draw (its tensors given back) is refused, not silently wrong."""
+    bnn = _mlp_bnn()
+    guide = build_guide("mean-field", bnn, family=family, init_scale=0.05)
+    x, y = torch.randn(20, 3), torch.randn(20, 1)
+
+    def gradients(seeds):
+        draws = []
+        for seed in seeds:  # every draw alive before the one backward, as with num_particles > 1
+            torch.manual_seed(seed)
+            draws.append(guide.elbo_terms(bnn, x, y, 100, "lrt"))
+        loss = sum(-ell + kl for ell, kl in draws)
+        return torch.autograd.grad(loss, (guide.loc, guide.scale_param))
+
+    alone = [gradients([seed]) for seed in (1, 2)]
+    assert guide._workspace._free  # the first step's tensors went back and were reused
+    together = gradients([1, 2])
+    again = gradients([1, 2])
+    for a, b, c, d in zip(alone[0], alone[1], together, again):
+        torch.testing.assert_close(a + b, c, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(c, d, rtol=0, atol=0)
+    ell, kl = guide.elbo_terms(bnn, x, y, 100, "lrt")
+    (kl - ell).backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="one backward pass per forward pass"):
+        (kl - ell).backward()
+
+
 def test_estimators_agree_in_expectation_with_pyro_elbo():
     """weights, LRT and the Pyro-trace ELBO of the same guide estimate the same expectation."""
     bnn = _mlp_bnn(likelihood=GaussianLikelihood(learn_noise=True))

@@ -82,6 +82,13 @@ _THETA_EPS = 1e-8
 Number = Union[float, torch.Tensor]
 
 
+def _buffer(cache: Optional[dict], like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor shaped like ``like``: from the step's workspace (``cache["new"]``, the fused
+    path: :class:`~inference.variational.workspace.Workspace`), else newly allocated."""
+    new = cache.get("new") if cache is not None else None
+    return new(like) if new is not None else torch.empty_like(like)
+
+
 def _zero_outside_(grad: torch.Tensor, value: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """``grad`` with its entries zeroed in place where ``value`` is not strictly inside (low, high): the
     derivative of ``value.clamp(low, high)`` applied, in one fused pass (``hardtanh``'s backward
@@ -134,9 +141,10 @@ class Family:
 
         ``cache``: a dict shared by one step's :meth:`sigma`, :meth:`kl_and_grads` and
         :meth:`sigma_grads` calls on the same detached inputs (the fused path), where a family may
-        keep intermediate tensors instead of recomputing them; ``None``: compute everything.
+        keep intermediate tensors instead of recomputing them, and take its work tensors from
+        ``cache["new"]`` (without autograd); ``None``: compute everything, differentiably.
         """
-        return torch.exp(s)
+        return torch.exp(s) if cache is None else torch.exp(s, out=_buffer(cache, s))
 
     def sigma_grads(self, loc, s, sigma, cache: Optional[dict] = None) -> tuple[Optional[torch.Tensor], torch.Tensor]:
         """(∂σ/∂μ or ``None`` when σ does not depend on μ, ∂σ/∂s); ``cache`` as in :meth:`sigma`."""
@@ -221,18 +229,21 @@ class SparseVDFamily(Family):
     def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0, cache=None):
         # in-place passes over [P] (a handful of temporaries): with e = e^{−log α},
         # softplus(−log α) = log1p(e) and sigmoid(−log α) = e / (1 + e); |log α| ≤ 8 keeps e finite
-        theta_sq = torch.mul(loc, loc).add_(_THETA_EPS)
-        raw_log_alpha = torch.log(theta_sq).neg_().add_(s, alpha=2.0)
-        log_alpha = raw_log_alpha.clamp(-8.0, 8.0)
-        gate = torch.mul(log_alpha, K3).add_(K2).sigmoid_()
+        theta_sq = torch.mul(loc, loc, out=_buffer(cache, loc)).add_(_THETA_EPS)
+        raw_log_alpha = torch.log(theta_sq, out=_buffer(cache, loc)).neg_().add_(s, alpha=2.0)
+        log_alpha = torch.clamp(raw_log_alpha, -8.0, 8.0, out=_buffer(cache, loc))
+        gate = torch.mul(log_alpha, K3, out=_buffer(cache, loc)).add_(K2).sigmoid_()
         e = log_alpha.mul_(-1.0).exp_()
-        kl = K1 * loc.numel() - K1 * gate.sum() + 0.5 * torch.log1p(e).sum()
+        work = _buffer(cache, loc)
+        kl = K1 * loc.numel() - K1 * gate.sum() + 0.5 * torch.log1p(e, out=work).sum()
         # d KL / d log α = −K1 K3 gate (1 − gate) − ½ sigmoid(−log α), zero where the clip is active
-        d_la = torch.addcmul(gate, gate, gate, value=-1.0).mul_(-K1 * K3)
-        _zero_outside_(d_la.sub_(e.div_(e + 1.0), alpha=0.5), raw_log_alpha, -8.0, 8.0)
+        d_la = torch.addcmul(gate, gate, gate, value=-1.0, out=work).mul_(-K1 * K3)
+        e.div_(torch.add(e, 1.0, out=gate))
+        _zero_outside_(d_la.sub_(e, alpha=0.5), raw_log_alpha, -8.0, 8.0)
+        loc_over_theta_sq = torch.div(loc, theta_sq, out=theta_sq)
 
         def accumulate(grad_loc, grad_s, g):
-            grad_loc.addcmul_(d_la, torch.div(loc, theta_sq), value=-2 * g)
+            grad_loc.addcmul_(d_la, loc_over_theta_sq, value=-2 * g)
             grad_s.add_(d_la, alpha=2 * g)
 
         return kl, accumulate
@@ -258,29 +269,33 @@ class KingmaVDFamily(Family):
         return s.clamp(-8.0, 0.0)
 
     def sigma(self, loc, s, cache=None):
-        root_alpha = torch.exp(0.5 * s.clamp(-8.0, 0.0))
-        if cache is not None:
-            cache["root_alpha"] = root_alpha
-        return loc.abs() * root_alpha
+        if cache is None:
+            return loc.abs() * torch.exp(0.5 * s.clamp(-8.0, 0.0))
+        log_alpha = torch.clamp(s, -8.0, 0.0, out=_buffer(cache, s))
+        root_alpha = torch.mul(log_alpha, 0.5, out=_buffer(cache, s)).exp_()
+        cache["log_alpha"], cache["root_alpha"] = log_alpha, root_alpha
+        return torch.abs(loc, out=_buffer(cache, loc)).mul_(root_alpha)
 
     def sigma_grads(self, loc, s, sigma, cache=None):
-        cache = cache or {}
-        root_alpha = cache.get("root_alpha")
+        root_alpha = cache.get("root_alpha") if cache is not None else None
         if root_alpha is None:
             root_alpha = torch.exp(0.5 * s.clamp(-8.0, 0.0))
-        return torch.mul(root_alpha, torch.sign(loc)), _zero_outside_(torch.mul(sigma, 0.5), s, -8.0, 0.0)
+        d_loc = torch.sign(loc, out=_buffer(cache, loc)).mul_(root_alpha)
+        return d_loc, _zero_outside_(torch.mul(sigma, 0.5, out=_buffer(cache, sigma)), s, -8.0, 0.0)
 
     def kl(self, loc, s, prior_loc=0.0, prior_scale=1.0):
         return kingma_vd_kl(s)
 
     def kl_and_grads(self, loc, s, sigma, prior_loc=0.0, prior_scale=1.0, cache=None):
         # the cubic in Horner form (no pow kernels), in-place passes over [P]
-        log_alpha = s.clamp(-8.0, 0.0)
-        alpha = torch.exp(log_alpha)
-        poly = torch.mul(alpha, C3).add_(C2).mul_(alpha).add_(C1).mul_(alpha)
+        log_alpha = cache.get("log_alpha") if cache is not None else None
+        if log_alpha is None:
+            log_alpha = s.clamp(-8.0, 0.0)
+        alpha = torch.exp(log_alpha, out=_buffer(cache, s))
+        poly = torch.mul(alpha, C3, out=_buffer(cache, s)).add_(C2).mul_(alpha).add_(C1).mul_(alpha)
         kl = -(KINGMA_KL_CONST * s.numel() + 0.5 * log_alpha.sum() + poly.sum())
         # d KL / d log α = −(½ + c₁α + 2c₂α² + 3c₃α³), zero where the clip is active
-        d_s = torch.mul(alpha, 3 * C3).add_(2 * C2).mul_(alpha).add_(C1).mul_(alpha).add_(0.5).neg_()
+        d_s = torch.mul(alpha, 3 * C3, out=poly).add_(2 * C2).mul_(alpha).add_(C1).mul_(alpha).add_(0.5).neg_()
         _zero_outside_(d_s, s, -8.0, 0.0)
 
         def accumulate(grad_loc, grad_s, g):

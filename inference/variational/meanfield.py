@@ -42,6 +42,7 @@ from .families import Family, get_family
 from .latents import LatentFactors, normal_prior_params
 from .lrt import lrt_forward, lrt_modules, substituted_forwards
 from .protocol import PruningRule
+from .workspace import Workspace
 
 __all__ = ["MeanFieldGuide", "ESTIMATORS", "build_mean_field_guide"]
 
@@ -87,8 +88,14 @@ class _MeanFieldDraw(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, loc, scale_param, eps, family: Family, spec: _DrawSpec):
-        cache = {}  # intermediates a family keeps from forward for backward
+    def forward(ctx, loc, scale_param, eps, family: Family, spec: _DrawSpec, workspace: Workspace):
+        taken = []  # the family's work tensors, given back to the workspace after backward
+
+        def new(like):
+            taken.append(workspace.take(like))
+            return taken[-1]
+
+        cache = {"new": new}  # intermediates a family keeps from forward for backward, and its allocator
         sigma = family.sigma(loc, scale_param, cache)
         if family.uses_model_prior:
             parts = [
@@ -113,11 +120,15 @@ class _MeanFieldDraw(torch.autograd.Function):
                 noise = eps[eps_offset : eps_offset + seg.numel]
                 outputs.append(torch.addcmul(loc[seg.span], sigma[seg.span], noise).view(seg.shape))
         ctx.family, ctx.spec, ctx.accumulators, ctx.cache = family, spec, accumulators, cache
+        ctx.workspace, ctx.taken = workspace, taken
         ctx.save_for_backward(loc, scale_param, sigma, eps)
         return (kl, *outputs)
 
     @staticmethod
     def backward(ctx, g_kl, *g_outputs):
+        if ctx.accumulators is None:  # its work tensors went back to the workspace after the first backward
+            raise RuntimeError("the fused mean-field step supports one backward pass per forward pass "
+                               "(retain_graph=True is not supported); draw a new step instead")
         loc, scale_param, sigma, eps = ctx.saved_tensors
         spec = ctx.spec
         grad_loc = torch.empty_like(loc)
@@ -148,7 +159,11 @@ class _MeanFieldDraw(torch.autograd.Function):
             g = float(g_kl)
             for span, accumulate in ctx.accumulators:
                 accumulate(grad_loc[span], grad_s[span], g)
-        return grad_loc, grad_s, None, None, None
+        del dsigma_dloc, dsigma_ds
+        ctx.accumulators = ctx.cache = None  # the closures and cache hold the work tensors: drop them first
+        ctx.workspace.give(ctx.taken)
+        ctx.taken = []
+        return grad_loc, grad_s, None, None, None, None
 
 
 class MeanFieldGuide(nn.Module):
@@ -205,6 +220,7 @@ class MeanFieldGuide(nn.Module):
         self._priors = [self._site_prior(seg.name, bnn.prior_distributions()[seg.name]) for seg in segments]
         self.latents = LatentFactors(bnn.latent_priors(), float(init_scale), init_values)
         self._specs: dict = {}
+        self._workspace = Workspace()  # the fused step's reusable [P] work tensors
 
     # ------------------------------------------------------------------ VariationalGuide protocol
     def sites(self) -> list[str]:
@@ -326,7 +342,7 @@ class MeanFieldGuide(nn.Module):
         """
         spec, plan = self._spec(bnn, estimator)
         eps = torch.randn(spec.num_sampled, dtype=self.loc.dtype) if spec.num_sampled else None
-        kl, *outputs = _MeanFieldDraw.apply(self.loc, self.scale_param, eps, self.family, spec)
+        kl, *outputs = _MeanFieldDraw.apply(self.loc, self.scale_param, eps, self.family, spec, self._workspace)
         drawn, outputs = {}, iter(outputs)
         for seg, moments in zip(spec.segments, spec.moments):
             drawn[seg.name] = (next(outputs), next(outputs)) if moments else next(outputs)
