@@ -190,26 +190,3 @@ def test_fused_posterior_saves_and_loads_like_a_trace_posterior(tmp_path):
     assert torch.equal(a.f, b.f) and torch.equal(a.log_lik, b.log_lik)
     c = loaded["pyro-trace"].predict(x, num_samples=20, y=y, seed=3)
     torch.testing.assert_close(a.f, c.f, rtol=1e-4, atol=1e-4)  # same seed, same fit up to float error
-
-
-@pytest.mark.parametrize("guide_name", ["normal", "radial"])
-def test_live_draws_keep_their_own_work_tensors(guide_name):
-    """The fused paths take their weight-sized tensors from the guide's workspace and give them back
-    after the draw's backward: two draws alive at once (particles averaged before one backward) get
-    the gradients of the two draws taken one at a time."""
-    bnn = CASES["fan-in-learned-noise"]()
-    x, y = data()
-    guide = build_guide(guide_name, bnn, init_scale=0.3)
-    params = list(guide.parameters())
-
-    def gradients(seeds):
-        draws = []
-        for seed in seeds:
-            pyro.set_rng_seed(seed)
-            draws.append(guide.elbo_terms(bnn, x, y, x.shape[0]))
-        return torch.autograd.grad(sum(kl - ell for ell, kl in draws), params)
-
-    one_at_a_time = [gradients([seed]) for seed in (1, 2)]
-    together = gradients([1, 2])
-    for a, b, c in zip(*one_at_a_time, together):
-        torch.testing.assert_close(a + b, c, rtol=1e-5, atol=1e-6)
