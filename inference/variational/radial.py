@@ -46,7 +46,6 @@ from .radial_kl import (
     radial_noise_chunks,
     resolve_mc_kl,
 )
-from .workspace import Workspace
 
 __all__ = [
     "RadialNormal",
@@ -68,15 +67,14 @@ def radial_entropy_constant(dim: int) -> float:
     return 0.5 * math.log(math.pi * math.e / 2) + log_sphere - 0.5 * (dim - 1) * (_EULER_GAMMA + math.log(2.0))
 
 
-def radial_noise(shape: torch.Size, event_dim: int, like: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def radial_noise(shape: torch.Size, event_dim: int, like: torch.Tensor) -> torch.Tensor:
     """ξ = r ε/‖ε‖ of ``shape``, normalised over the last ``event_dim`` dims (no gradient).
 
     Draws ε ``[shape]`` then r ``[batch, 1, ..]`` from the global generator (the stream of
-    :meth:`RadialNormal.rsample`), with the dtype and device of ``like``; ``out``: a tensor of
-    ``shape`` to draw ε into (and return ξ in), else a new one.
+    :meth:`RadialNormal.rsample`), with the dtype and device of ``like``.
     """
     options = {"dtype": like.dtype, "device": like.device}
-    eps = torch.randn(shape, **options) if out is None else out.normal_()
+    eps = torch.randn(shape, **options)
     dims = tuple(range(-event_dim, 0))
     norm = torch.linalg.vector_norm(eps, dim=dims, keepdim=True) if event_dim else eps.abs()
     radius = torch.randn(shape[: len(shape) - event_dim] + (1,) * event_dim, **options)
@@ -269,13 +267,9 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         """
         priors = bnn.prior_distributions()
         values, kl = {}, x.new_zeros(())
-        workspace = self.__dict__.get("_workspace")
-        if workspace is None:
-            workspace = self.__dict__["_workspace"] = Workspace()
         for name, event_dim in self._radial_sites.items():
             loc, log_scale = self.site_params(name)
-            xi = radial_noise(loc.shape, event_dim, loc, out=workspace.take(loc.detach()))
-            values[name] = _RadialDraw.apply(loc, log_scale, xi, workspace)
+            values[name] = torch.addcmul(loc, log_scale.exp(), radial_noise(loc.shape, event_dim, loc))
         for name in self._other_sites:
             loc, log_scale = self.site_params(name)
             values[name], estimate = unconstrained_draw(loc, log_scale.exp(), priors[name])
@@ -289,29 +283,6 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         for name in self._radial_sites:
             kl = kl + self.site_kl(name, priors[name])
         return log_lik, kl
-
-
-class _RadialDraw(torch.autograd.Function):
-    """w = μ + e^{log σ} ⊙ ξ for a drawn ξ, with ξ, e^{log σ} and w in workspace tensors given back after
-    the backward pass (the same values and gradients as ``torch.addcmul(μ, log_σ.exp(), ξ)``:
-    ∂/∂μ = g, ∂/∂log σ = (g ξ) σ)."""
-
-    @staticmethod
-    def forward(ctx, loc, log_scale, xi, workspace: Workspace):
-        scale = torch.exp(log_scale, out=workspace.take(log_scale.detach()))
-        drawn = torch.addcmul(loc, scale, xi, out=workspace.take(loc.detach()))
-        ctx.workspace, ctx.taken = workspace, [xi, scale, drawn]
-        return drawn.view(loc.shape)  # a view: later steps reuse the workspace tensor itself
-
-    @staticmethod
-    def backward(ctx, grad):
-        if not ctx.taken:
-            raise RuntimeError("the fused Radial draw supports one backward pass per forward pass")
-        xi, scale, _ = ctx.taken
-        grad_log_scale = torch.mul(grad, xi).mul_(scale)
-        ctx.workspace.give(ctx.taken)
-        ctx.taken = []
-        return grad, grad_log_scale, None, None
 
 
 def _raw_param(container: PyroModule, name: str) -> torch.nn.Parameter:
