@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +29,6 @@ from pyro import poutine
 from pyro.distributions import Delta
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import Normal, biject_to, kl_divergence
-
-if TYPE_CHECKING:
-    from .variational.workspace import Workspace
 
 __all__ = ["ElboTerms", "elbo_terms", "NormalFactor", "mean_field_normal_elbo_terms"]
 
@@ -134,21 +131,14 @@ class _SoftplusNormalDraw(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, priors, noise, workspace, *params):
-        taken = []  # work tensors, given back to the workspace after backward
-
-        def new(like):
-            taken.append(workspace.take(like) if workspace is not None else torch.empty_like(like))
-            return taken[-1]
-
+    def forward(ctx, priors, noise, *params):
         kl = params[0].new_zeros(())
         weights, sigmas, exps = [], [], []
         for (m, s), eps, loc, raw in zip(priors, noise, params[0::2], params[1::2]):
-            exp_raw = torch.exp(raw, out=new(raw))
-            sigma = torch.log1p(exp_raw, out=new(raw))  # softplus(ρ): these two vectorised passes beat F.softplus
+            exp_raw = torch.exp(raw)
+            sigma = torch.log1p(exp_raw)  # softplus(ρ): these two vectorised passes beat F.softplus
             exps.append(exp_raw)
-            # a view: the output is not the workspace tensor itself, which later steps reuse
-            weights.append(torch.addcmul(loc, sigma, eps, out=new(loc)).view(loc.shape))
+            weights.append(torch.addcmul(loc, sigma, eps))
             diff = loc - m if isinstance(m, torch.Tensor) or m != 0.0 else loc
             if isinstance(s, torch.Tensor):
                 kl = kl + (torch.log(s / sigma) + (sigma * sigma + diff * diff) / (2 * s * s) - 0.5).sum()
@@ -156,11 +146,11 @@ class _SoftplusNormalDraw(torch.autograd.Function):
                 flat_sigma, flat_diff = sigma.reshape(-1), diff.reshape(-1)
                 kl = kl + (
                     flat_sigma.numel() * (math.log(s) - 0.5)
-                    - torch.log(flat_sigma, out=new(flat_sigma)).sum()
+                    - torch.log(flat_sigma).sum()
                     + (torch.dot(flat_sigma, flat_sigma) + torch.dot(flat_diff, flat_diff)) / (2 * s * s)
                 )
             sigmas.append(sigma)
-        ctx.priors, ctx.noise, ctx.workspace, ctx.taken = priors, noise, workspace, taken
+        ctx.priors, ctx.noise = priors, noise
         ctx.save_for_backward(*params, *sigmas, *exps)
         return (kl, *weights)
 
@@ -185,16 +175,11 @@ class _SoftplusNormalDraw(torch.autograd.Function):
             # dσ/dρ = sigmoid(ρ) = e^ρ / (1 + e^ρ); σ and e^ρ are this function's own buffers, updated in
             # place (fewer large temporaries per step; a second backward pass is refused by autograd)
             grads += [grad_loc, g_sigma.mul_(exp_raw).div_(exp_raw.add_(1.0))]
-        if ctx.workspace is not None:  # the network's backward, which read the weights, is done
-            del sigmas, exps, saved
-            ctx.workspace.give(ctx.taken + list(ctx.noise))
-            ctx.taken, ctx.noise = [], None
-        return (None, None, None, *grads)
+        return (None, None, *grads)
 
 
 def mean_field_normal_elbo_terms(
-    bnn, factors: Mapping[str, NormalFactor], latents: Mapping[str, tuple], x, y, num_data: int,
-    workspace: Optional[Workspace] = None,
+    bnn, factors: Mapping[str, NormalFactor], latents: Mapping[str, tuple], x, y, num_data: int
 ) -> ElboTerms:
     """One-draw ELBO terms of a mean-field Normal guide without Pyro traces (the fused path).
 
@@ -214,20 +199,16 @@ def mean_field_normal_elbo_terms(
             likelihood's latents, σ = softplus(ρ)), in the model's order.
         x, y: minibatch ``[n, ...]`` and its targets.
         num_data: ``N``, the full data size; the log-likelihood is scaled by N/n.
-        workspace: where the weight-sized work tensors (noise, e^ρ, σ, the drawn weights) come from
-            and go back to after the backward pass (:class:`~inference.variational.workspace.Workspace`);
-            ``None``: allocated afresh.
     Returns:
         :class:`ElboTerms` (scalars with gradients).
     """
-    noise = [(torch.empty_like(f.loc) if workspace is None else workspace.take(f.loc)).normal_()
-             for f in factors.values()]
+    noise = [torch.empty_like(f.loc).normal_() for f in factors.values()]
     latent_noise = [torch.empty_like(loc).normal_() for loc, _ in latents.values()]
     if x.shape[0] < num_data:
         torch.randperm(num_data)  # the data plate's subsample draw on Pyro's path (keeps the stream aligned)
     priors = [(f.prior_loc, f.prior_scale) for f in factors.values()]
     params = [t for f in factors.values() for t in (f.loc, f.raw_scale)]
-    kl, *weights = _SoftplusNormalDraw.apply(priors, noise, workspace, *params) if factors else (x.new_zeros(()),)
+    kl, *weights = _SoftplusNormalDraw.apply(priors, noise, *params) if factors else (x.new_zeros(()),)
     values = dict(zip(factors, weights))
     latent_values, latent_priors = {}, bnn.latent_priors()
     for (name, (loc, raw)), eps in zip(latents.items(), latent_noise):

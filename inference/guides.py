@@ -26,7 +26,6 @@ from .elbo import NormalFactor, mean_field_normal_elbo_terms
 from .variational.latents import is_real_support, normal_prior_params
 from .variational.meanfield import build_mean_field_guide
 from .variational.protocol import ModuleLocalParams
-from .variational.workspace import Workspace
 from .variational.radial import build_radial_guide
 
 __all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide", "fused_elbo_blocker", "stock_model_blocker"]
@@ -80,10 +79,7 @@ class NormalGuide(ModuleLocalParams, AutoNormal):
                 factors[name] = NormalFactor(loc, raw, *priors[name])
             else:
                 latents[name] = (loc, raw)
-        workspace = self.__dict__.get("_workspace")
-        if workspace is None:
-            workspace = self.__dict__["_workspace"] = Workspace()
-        terms = mean_field_normal_elbo_terms(bnn, factors, latents, x, y, num_data, workspace)
+        terms = mean_field_normal_elbo_terms(bnn, factors, latents, x, y, num_data)
         return terms.expected_log_likelihood, terms.kl
 
     def _site_parameters(self) -> list:
