@@ -108,18 +108,14 @@ class _MeanFieldDraw(torch.autograd.Function):
             kl, accumulate = family.kl_and_grads(loc, scale_param, sigma, cache=cache)
             accumulators = [(slice(None), accumulate)]
         outputs = []
-        # the outputs are views of workspace tensors too: the network's backward, which reads them, is
-        # done before this function's backward gives them back
         all_sampled = spec.num_sampled == loc.numel()
-        if all_sampled:
-            flat_w = torch.addcmul(loc, sigma, eps, out=new(loc))
-        elif any(spec.moments):
-            means, variances = new(loc).copy_(loc), torch.mul(sigma, sigma, out=new(loc))
+        flat_w = torch.addcmul(loc, sigma, eps) if all_sampled else None
         for seg, moments, eps_offset in zip(spec.segments, spec.moments, spec.eps_offsets):
             if all_sampled:
                 outputs.append(flat_w[seg.span].view(seg.shape))
             elif moments:
-                outputs += [means[seg.span].view(seg.shape), variances[seg.span].view(seg.shape)]
+                sig = sigma[seg.span]
+                outputs += [loc[seg.span].view(seg.shape).clone(), (sig * sig).view(seg.shape)]
             else:
                 noise = eps[eps_offset : eps_offset + seg.numel]
                 outputs.append(torch.addcmul(loc[seg.span], sigma[seg.span], noise).view(seg.shape))
