@@ -89,7 +89,7 @@ class _MeanFieldDraw(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, loc, scale_param, eps, family: Family, spec: _DrawSpec, workspace: Workspace):
-        taken = [] if eps is None else [eps]  # work tensors (the noise too), given back after backward
+        taken = []  # the family's work tensors, given back to the workspace after backward
 
         def new(like):
             taken.append(workspace.take(like))
@@ -341,7 +341,8 @@ class MeanFieldGuide(nn.Module):
             (weights: the family's closed form; latents: one-sample Monte Carlo).
         """
         spec, plan = self._spec(bnn, estimator)
-        eps = self._workspace.take(self.loc[: spec.num_sampled].detach()).normal_() if spec.num_sampled else None
+        eps = (torch.randn(spec.num_sampled, dtype=self.loc.dtype, device=self.loc.device)
+               if spec.num_sampled else None)
         kl, *outputs = _MeanFieldDraw.apply(self.loc, self.scale_param, eps, self.family, spec, self._workspace)
         drawn, outputs = {}, iter(outputs)
         for seg, moments in zip(spec.segments, spec.moments):
