@@ -17,7 +17,7 @@ computes them and calls :func:`to_inference_data`.  Groups written:
   plug-in estimate elpd_loo = Σ_n log p(y_n | ŵ) with p_loo = 0 and flags it as unreliable
   (Pareto k̂ = ∞, "very bad"): leave-one-out cross-validation cannot be estimated from a
   point mass, and the plug-in value is the in-sample log-likelihood, an optimistic score.
-  ``az.waic`` gives the same numbers;
+  ``az.waic`` gives the same numbers.  It is stored in float64 (PSIS in float32 can return NaN);
 * ``posterior_predictive`` — observation draws ``obs``; ``observed_data`` — the targets;
 * ``sample_stats`` — the sampler's per-draw statistics, where the backend has them;
 * ``predictions`` (optional) — per-point summaries of the run's own prediction, without
@@ -140,7 +140,9 @@ def to_inference_data(
         )
         # pointwise log-likelihood has no output dim, so it gets its own dims
         point_mass = tuple(log_likelihood.shape[:2]) == (1, 1)
-        pointwise = _np(log_likelihood.expand(1, 2, n) if point_mass else log_likelihood)
+        # float64 whatever the model's dtype: ArviZ's PSIS in float32 returns NaN for heavy-tailed
+        # importance ratios (elpd_loo = nan on a heteroscedastic SVI fit that float64 scores −501)
+        pointwise = _np(log_likelihood.expand(1, 2, n) if point_mass else log_likelihood).astype(np.float64)
         idata.add_groups(log_likelihood=az.dict_to_dataset(
             {"obs": pointwise}, coords=coords, dims={"obs": ["obs_id"]}, attrs={"point_mass": int(point_mass)}))
     extra = {}

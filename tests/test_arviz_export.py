@@ -99,3 +99,20 @@ def test_a_point_mass_export_gives_az_loo_the_plug_in_score_flagged_unreliable(t
     # posteriors with more draws are written as they are
     many = _regression_posterior().to_arviz(x, y)
     assert many.log_likelihood.sizes["draw"] == 40 and many.log_likelihood.attrs["point_mass"] == 0
+
+
+def test_log_likelihood_is_exported_in_float64_so_psis_stays_finite():
+    """Heavy-tailed float32 importance ratios make ArviZ's PSIS return NaN (seen on a heteroscedastic
+    SVI fit of energy); the export stores the pointwise log-likelihood in float64, where it is finite."""
+    import arviz as az
+    n, draws = 30, 200
+    rng = np.random.default_rng(0)
+    log_lik = -0.3 - np.exp(2 * rng.standard_normal((1, draws, n)))
+    float32 = az.from_dict(posterior={"x": np.zeros((1, draws))}, log_likelihood={"obs": log_lik.astype(np.float32)})
+    assert np.isnan(az.loo(float32).elpd_loo)  # the failure this guards against
+    idata = to_inference_data(task="regression", log_likelihood=torch.tensor(log_lik, dtype=torch.float32),
+                              log_joint=torch.zeros(1, draws), observed=torch.zeros(n, 1),
+                              observation_draws=torch.zeros(1, draws, n, 1), f_points=torch.zeros(1, draws, 2, 1),
+                              point_index=[0, 3])
+    assert idata.log_likelihood["obs"].dtype == np.float64
+    assert np.isfinite(az.loo(idata).elpd_loo)
