@@ -287,7 +287,8 @@ def test_euler_grid_has_likelihood_rows_on_the_frozen_body_and_the_full_net():
     for likelihood in ("heteroscedastic", "studentt"):
         head, full = rows[f"last-layer SVI · {likelihood}"], rows[f"full SVI · {likelihood}"]
         assert head.spec.likelihood == full.spec.likelihood == likelihood
-        assert head.dataset == "frozen-features" and head.after == rows["deterministic"].key
+        assert head.after == rows["deterministic"].key  # a log-variance head reads the states unwhitened
+        assert head.dataset == ("frozen-states" if likelihood == "heteroscedastic" else "frozen-features")
         assert full.after is None and full.spec.prior == "pretrained"
     assert rows["full SVI"].spec.likelihood is None  # the Gaussian rows keep their specs (finished runs stay valid)
 
