@@ -126,20 +126,19 @@ def frozen_features(data: Dataset, net: torch.nn.Module, cutoff: float = WHITENI
     finally:
         for h in hooks:
             h.remove()
-    if not whiten:
-        dim = h_train.shape[1]
-        return dataclasses.replace(data, name=f"{data.name}-features", x_train=h_train.float(),
-                                   x_test=h_test.float(), x_loc=torch.zeros(dim), x_scale=torch.ones(dim),
-                                   feature_names=[], info={**data.info, "whitened": None})
-    mean = h_train.mean(0)
-    values, vectors = torch.linalg.eigh(torch.cov(h_train.T, correction=0))
-    keep = values >= cutoff * values.max()
-    projection = vectors[:, keep] / values[keep].sqrt()
-    x_train, x_test = ((h - mean) @ projection for h in (h_train, h_test))
-    dim = int(keep.sum())
+    if whiten:
+        mean = h_train.mean(0)
+        values, vectors = torch.linalg.eigh(torch.cov(h_train.T, correction=0))
+        keep = values >= cutoff * values.max()
+        projection = vectors[:, keep] / values[keep].sqrt()
+        x_train, x_test = ((h - mean) @ projection for h in (h_train, h_test))
+        whitened = {"kept": int(keep.sum()), "of": int(h_train.shape[1])}
+    else:
+        x_train, x_test, whitened = h_train, h_test, None
+    dim = x_train.shape[1]
     return dataclasses.replace(data, name=f"{data.name}-features", x_train=x_train.float(), x_test=x_test.float(),
                                x_loc=torch.zeros(dim), x_scale=torch.ones(dim), feature_names=[],
-                               info={**data.info, "whitened": {"kept": dim, "of": int(h_train.shape[1])}})
+                               info={**data.info, "whitened": whitened})
 
 
 def load_run_data(run: Run, root, prerequisite: Optional[Run] = None) -> Optional[Dataset]:

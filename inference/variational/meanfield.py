@@ -159,10 +159,8 @@ class _MeanFieldDraw(torch.autograd.Function):
             g = float(g_kl)
             for span, accumulate in ctx.accumulators:
                 accumulate(grad_loc[span], grad_s[span], g)
-        del dsigma_dloc, dsigma_ds
-        ctx.accumulators = ctx.cache = None  # the closures and cache hold the work tensors: drop them first
         ctx.workspace.give(ctx.taken)
-        ctx.taken = []
+        ctx.accumulators = ctx.cache = ctx.taken = None  # a second backward is refused (above)
         return grad_loc, grad_s, None, None, None, None
 
 
