@@ -20,7 +20,7 @@ Repeats are interleaved (baseline, svi, graves, ..., baseline, ...) and medians 
 ratio is the median of the per-round ratios to the baseline.  Last line:
 ``svi_step_ratio_worst <max over the backends of ratio>``.
 
-Usage: ``python benchmarks/svi_step.py [--rounds 30] [--steps 5] [--threads 1] [--clock wall|cpu] [--no-trace-reference] [--backends svi graves ...]``
+Usage: ``python benchmarks/svi_step.py [--rounds 30] [--steps 5] [--threads 1] [--clock wall|cpu] [--no-trace-reference] [--backends svi graves ...] [--device cuda]``
 """
 from __future__ import annotations
 
@@ -43,15 +43,15 @@ N, BATCH = 60000, 256
 SVI_FAMILY = ("svi", "graves", "svi-lrt", "sparse-vd", "kingma-vd", "radial")
 
 
-def _bnn():
+def _bnn(device):
     torch.manual_seed(0)
     net = build_architecture("lenet300100", 784, 10)
-    return BayesianNetwork(net, stochastic="all", likelihood=CategoricalLikelihood(), output_dim=10)
+    return BayesianNetwork(net, stochastic="all", likelihood=CategoricalLikelihood(), output_dim=10).to(device)
 
 
 def baseline_step(x, y):
     torch.manual_seed(0)
-    net = build_architecture("lenet300100", 784, 10)
+    net = build_architecture("lenet300100", 784, 10).to(x.device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
 
     def step():
@@ -69,7 +69,7 @@ def backend_step(x, y, name: str, **options):
     Returns ``(step, label)``; the guide, particle and Adam variant are the backend's own.
     """
     backend = BACKENDS[name]
-    bnn = _bnn()
+    bnn = _bnn(x.device)
     config = backend.Config(lr=1e-3, **options)
     config.validate()
     if name == "svi":
@@ -102,13 +102,15 @@ def main():
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall: perf_counter; cpu: this process's CPU time (steadier on a shared machine)")
     parser.add_argument("--no-trace-reference", action="store_true", help="skip svi forced onto Pyro traces")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (on CUDA each timed block ends with a synchronize)")
     parser.add_argument("--backends", nargs="+", choices=SVI_FAMILY, default=list(SVI_FAMILY),
                         help="time only these (the worst ratio is then over these only)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(BATCH, 784, generator=g)
-    y = torch.randint(0, 10, (BATCH,), generator=g)
+    x = torch.randn(BATCH, 784, generator=g).to(args.device)
+    y = torch.randint(0, 10, (BATCH,), generator=g).to(args.device)
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
     steps = {"baseline": (baseline_step(x, y), "plain torch Adam step (deterministic)")}
     for name in args.backends:
         steps[name] = backend_step(x, y, name)
@@ -122,11 +124,13 @@ def main():
     times = {k: [] for k in steps}
     for _ in range(args.rounds):
         for name, (fn, _) in steps.items():
+            sync()
             start = clock()
             for _ in range(args.steps):
                 fn()
+            sync()
             times[name].append((clock() - start) / args.steps)
-    print(f"LeNet-300-100 (784-300-100-10) fully stochastic, batch {BATCH}, N {N}, torch threads {args.threads}, "
+    print(f"LeNet-300-100 (784-300-100-10) fully stochastic, batch {BATCH}, N {N}, device {x.device}, torch threads {args.threads}, "
           f"{args.rounds} interleaved rounds x {args.steps} steps, {args.clock} clock")
     base = times["baseline"]
     ratios = {}

@@ -119,7 +119,8 @@ def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, s
     if structure not in ("full", "diag"):
         raise ValueError(f"unknown GGN structure {structure!r}; valid: full, diag")
     likelihood = layout.bnn.likelihood
-    out = torch.zeros((layout.dim, layout.dim) if structure == "full" else (layout.dim,), dtype=torch.float64)
+    out = torch.zeros((layout.dim, layout.dim) if structure == "full" else (layout.dim,), dtype=torch.float64,
+                      device=w.device)
     with torch.enable_grad():
         for _, f, jac in jacobian_chunks(layout, w.detach(), x):
             root = fisher_sqrt(likelihood, f, latents)  # [n, O, O]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import arviz as az
 import numpy as np
+import torch
 
 from .arviz_export import quiet_arviz
 
@@ -67,8 +68,10 @@ def convergence_metrics(idata: az.InferenceData) -> dict:
 def tree_depth_saturation(tree_depth, max_tree_depth: int) -> float:
     """Fraction of NUTS transitions whose tree reached ``max_tree_depth`` (Stan's tree-depth warning).
 
-    ``tree_depth``: per-draw depths, any array shape (numpy or CPU torch).
+    ``tree_depth``: per-draw depths, any array shape (numpy, or torch on any device).
     """
+    if isinstance(tree_depth, torch.Tensor):
+        tree_depth = tree_depth.cpu()
     return float(np.mean(np.asarray(tree_depth) >= int(max_tree_depth)))
 
 

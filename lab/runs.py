@@ -314,12 +314,12 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     device = None if device is None else resolve_device(device)
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
+    options = _backend_options(spec, data)
+    parse_config(get_backend(spec.backend), options)  # every option checked before any fitting
+    bnn = build_model(spec, data)  # on the CPU data: fit() moves it
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
                                             if isinstance(getattr(data, f.name), torch.Tensor)})
-    options = _backend_options(spec, data)
-    parse_config(get_backend(spec.backend), options)  # every option checked before any fitting
-    bnn = build_model(spec, data)
     started = time.perf_counter()
     posterior = fit(bnn, data.x_train, data.y_train, backend=spec.backend, seed=spec.seed, progress=progress,
                     device=device, **options)

@@ -108,7 +108,9 @@ def prior_moments(bnn, layout: WeightLayout) -> tuple[torch.Tensor, torch.Tensor
         else:
             normal = False
     if not normal:
-        return torch.zeros(layout.dim, dtype=torch.float64), torch.ones(layout.dim, dtype=torch.float64), False
+        device = bnn.target_scale.device
+        return (torch.zeros(layout.dim, dtype=torch.float64, device=device),
+                torch.ones(layout.dim, dtype=torch.float64, device=device), False)
     return torch.cat(means).double(), torch.cat(precisions).double(), True
 
 

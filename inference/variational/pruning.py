@@ -136,7 +136,7 @@ def prune(posterior, mode: str = "principled", seed: int = 0, threshold: Optiona
         generator = torch.Generator().manual_seed(int(seed))
         masks = []
         for mask in rule_masks:
-            flat = torch.zeros(mask.numel(), dtype=torch.bool)
+            flat = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
             flat[torch.randperm(mask.numel(), generator=generator)[: int(mask.sum())]] = True
             masks.append(flat.view(mask.shape))
     else:
