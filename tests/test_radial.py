@@ -16,7 +16,8 @@ from inference.variational.radial import (
     radial_cross_entropy,
     radial_entropy_constant,
 )
-from zoo import BayesianNetwork, GaussianLikelihood, LaplacePrior
+from zoo import BayesianNetwork, GaussianLikelihood, LaplacePrior, PretrainedNormalPrior
+from zoo.priors import Prior
 
 
 def _normal_prior(shape, loc=0.3, scale=1.5):
@@ -141,13 +142,24 @@ def test_bad_radial_input_gives_clear_errors():
     assert math.isfinite(post.info["history"]["loss"][0])
 
 
-@pytest.mark.parametrize("estimator", ["reparameterized", "naive"])
+class _GraduatedNormalPrior(Prior):
+    """Normal(0.1, s_i) with a different s_i for every entry: the exact KL's tensor-scale branch."""
+
+    def _base(self, site):
+        scale = torch.linspace(0.5, 1.5, site.numel).reshape(site.shape)
+        return pyro.distributions.Normal(torch.full(site.shape, 0.1), scale)
+
+
+@pytest.mark.parametrize("estimator, prior", [("reparameterized", None), ("naive", None), ("exact", None),
+                                              ("exact", PretrainedNormalPrior(0.7)), ("exact", _GraduatedNormalPrior())])
 @pytest.mark.parametrize("batch", [None, 4])
-def test_fused_radial_elbo_gives_the_trace_path_numbers_for_a_seed(estimator, batch):
+def test_fused_radial_elbo_gives_the_trace_path_numbers_for_a_seed(estimator, prior, batch):
     """:meth:`AutoRadial.elbo_terms` (no Pyro traces): same values and gradients as the trace path,
-    draw after draw, with a learned noise precision (a constrained latent) and minibatches."""
-    bnn = _bnn(likelihood=GaussianLikelihood(learn_noise=True))
-    guide = build_guide("radial", bnn, init_scale=0.3, mc_kl_samples=3, mc_kl_estimator=estimator, chunk_elements=8)
+    draw after draw, with a learned noise precision (a constrained latent) and minibatches; the exact
+    estimator (its written-out backward) with constant, tensor-mean and tensor-scale Normal priors."""
+    bnn = _bnn(likelihood=GaussianLikelihood(learn_noise=True), **({"prior": prior} if prior is not None else {}))
+    draws = {"mc_kl_samples": 3} if estimator != "exact" else {}
+    guide = build_guide("radial", bnn, init_scale=0.3, mc_kl_estimator=estimator, chunk_elements=8, **draws)
     with torch.no_grad():
         for param in guide.parameters():
             param.add_(0.3 * torch.randn(param.shape, generator=torch.Generator().manual_seed(4)))

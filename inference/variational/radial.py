@@ -128,6 +128,62 @@ class RadialNormal(TorchDistribution):
         return log_scale + radial_entropy_constant(max(1, self.event_shape.numel()))
 
 
+class _RadialExactDraw(torch.autograd.Function):
+    """w_k = μ_k + e^{s_k} ⊙ ξ_k for every Radial site k, and Σ_k KL(q_k ‖ N(m_k, p_k²)) with the exact
+    cross-entropy (:mod:`inference.variational.radial_kl`) minus the entropy (module docstring):
+
+        KL_k = Σ_i [log p_i + ½ log 2π + ((μ_i − m_i)² + σ_i²/D) / (2 p_i²)] − Σ_i s_i − H(ξ_D).
+
+    The backward pass is written out, so a site costs a handful of element-wise passes and no
+    autograd graph:  ∂/∂μ = g_w + g_KL (μ − m)/p²,  ∂/∂s = g_w ξ σ + g_KL (σ²/(D p²) − 1).
+    Inputs: the sites' ``(m, p)`` (floats or broadcastable tensors), their noise ξ (site-shaped;
+    this function's own: the backward pass reuses it) and the flat ``(μ_1, s_1, μ_2, s_2, ...)``.
+    Outputs: ``(KL, w_1, w_2, ...)``.
+    """
+
+    @staticmethod
+    def forward(ctx, priors, noise, *params):
+        kl = params[0].new_zeros(())
+        weights, sigmas = [], []
+        for (m, p), xi, loc, log_scale in zip(priors, noise, params[0::2], params[1::2]):
+            sigma = torch.exp(log_scale)
+            weights.append(torch.addcmul(loc, sigma, xi))
+            dim = max(1, loc.numel())
+            centred = loc - m if isinstance(m, torch.Tensor) or m != 0.0 else loc
+            if isinstance(p, torch.Tensor):
+                cross = (torch.log(p) + 0.5 * math.log(2 * math.pi) + (centred * centred + sigma * sigma / dim) / (2 * p * p)).sum()
+            else:
+                flat_c, flat_s = centred.reshape(-1), sigma.reshape(-1)
+                cross = dim * (math.log(p) + 0.5 * math.log(2 * math.pi)) + (
+                    torch.dot(flat_c, flat_c) + torch.dot(flat_s, flat_s) / dim) / (2 * p * p)
+            kl = kl + cross - (log_scale.sum() + radial_entropy_constant(dim))
+            sigmas.append(sigma)
+        ctx.priors, ctx.noise = priors, noise
+        ctx.save_for_backward(*params[0::2], *sigmas)
+        return (kl, *weights)
+
+    @staticmethod
+    def backward(ctx, g_kl, *g_weights):
+        saved, k = ctx.saved_tensors, len(ctx.priors)
+        beta = 0.0 if g_kl is None else float(g_kl)
+        grads = []
+        for (m, p), xi, loc, sigma, g_w in zip(ctx.priors, ctx.noise, saved[:k], saved[k:], g_weights):
+            if g_w is None:
+                g_w = torch.zeros_like(loc)
+            grad_loc, grad_s = g_w, xi.mul_(g_w).mul_(sigma)  # ξ is this function's own buffer
+            if beta != 0.0:
+                dim = max(1, loc.numel())
+                centred = loc - m if isinstance(m, torch.Tensor) or m != 0.0 else loc
+                if isinstance(p, torch.Tensor):
+                    grad_loc = grad_loc + beta * centred / (p * p)
+                    grad_s = grad_s + beta * (sigma * sigma / (dim * p * p) - 1.0)
+                else:
+                    grad_loc = torch.add(grad_loc, centred, alpha=beta / (p * p))
+                    grad_s.addcmul_(sigma, sigma, value=beta / (dim * p * p)).sub_(beta)
+            grads += [grad_loc, grad_s]
+        return (None, None, *grads)
+
+
 class AutoRadial(ModuleLocalParams, AutoGuide):
     """Radial posterior (Farquhar, Osborne & Gal 2020) on every real-valued latent site of a Pyro model.
 
@@ -266,10 +322,18 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
             scalars with gradients: the scaled expected log-likelihood and the KL.
         """
         priors = bnn.prior_distributions()
-        values, kl = {}, x.new_zeros(())
-        for name, event_dim in self._radial_sites.items():
-            loc, log_scale = self.site_params(name)
-            values[name] = torch.addcmul(loc, log_scale.exp(), radial_noise(loc.shape, event_dim, loc))
+        noise = {name: radial_noise(self.site_params(name)[0].shape, event_dim, self.site_params(name)[0])
+                 for name, event_dim in self._radial_sites.items()}
+        exact = self.mc_kl_estimator == "exact"
+        if exact and noise:  # weights and the closed-form KL in one function with a written-out backward
+            params = [t for name in noise for t in self.site_params(name)]
+            kl, *weights = _RadialExactDraw.apply([self._normal_params(n, priors[n]) for n in noise],
+                                                  list(noise.values()), *params)
+            values = dict(zip(noise, weights))
+        else:
+            kl = x.new_zeros(())
+            values = {name: torch.addcmul(self.site_params(name)[0], self.site_params(name)[1].exp(), xi)
+                      for name, xi in noise.items()}
         for name in self._other_sites:
             loc, log_scale = self.site_params(name)
             values[name], estimate = unconstrained_draw(loc, log_scale.exp(), priors[name])
@@ -280,8 +344,9 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         f = bnn.forward_single({n: v for n, v in values.items() if n in weights}, x)
         latents = {n: v.unsqueeze(0) for n, v in values.items() if n not in weights}
         log_lik = bnn.likelihood.training_log_prob(f.unsqueeze(0), y, latents).sum() * (num_data / x.shape[0])
-        for name in self._radial_sites:
-            kl = kl + self.site_kl(name, priors[name])
+        if not exact:
+            for name in self._radial_sites:
+                kl = kl + self.site_kl(name, priors[name])
         return log_lik, kl
 
 
