@@ -313,6 +313,7 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
         then the constrained sites' Normal noise), the data plate's permutation when ``n < N``
         (drawn and discarded), then the M cross-entropy draws (Monte Carlo estimators only) of every
         Radial site in the model's order (:meth:`site_kl`); the constrained sites' KL is the one-sample log q(z) − log p(z).
+        With the exact estimator the Radial sites' draws and KL come from :class:`_RadialExactDraw`.
 
         Args:
             bnn: the model this guide was built from.
@@ -322,18 +323,16 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
             scalars with gradients: the scaled expected log-likelihood and the KL.
         """
         priors = bnn.prior_distributions()
-        noise = {name: radial_noise(self.site_params(name)[0].shape, event_dim, self.site_params(name)[0])
-                 for name, event_dim in self._radial_sites.items()}
+        params = {name: self.site_params(name) for name in self._radial_sites}
+        noise = {name: radial_noise(loc.shape, self._radial_sites[name], loc) for name, (loc, _) in params.items()}
         exact = self.mc_kl_estimator == "exact"
         if exact and noise:  # weights and the closed-form KL in one function with a written-out backward
-            params = [t for name in noise for t in self.site_params(name)]
-            kl, *weights = _RadialExactDraw.apply([self._normal_params(n, priors[n]) for n in noise],
-                                                  list(noise.values()), *params)
+            kl, *weights = _RadialExactDraw.apply([self._normal_params(name, priors[name]) for name in noise],
+                                                  list(noise.values()), *[t for pair in params.values() for t in pair])
             values = dict(zip(noise, weights))
         else:
             kl = x.new_zeros(())
-            values = {name: torch.addcmul(self.site_params(name)[0], self.site_params(name)[1].exp(), xi)
-                      for name, xi in noise.items()}
+            values = {name: torch.addcmul(loc, log_scale.exp(), noise[name]) for name, (loc, log_scale) in params.items()}
         for name in self._other_sites:
             loc, log_scale = self.site_params(name)
             values[name], estimate = unconstrained_draw(loc, log_scale.exp(), priors[name])
