@@ -71,10 +71,10 @@ def baseline_step(x, y):
     return step
 
 
-def _timed_loop_step(particle, params, lr=1e-3):
-    """``step()``: one step of the shared training loop (loss and gradient checks, fused Adam, schedule)."""
-    optimizer = torch.optim.Adam(params, lr=lr, fused=True)
-    config = BACKENDS["svi-lrt"].Config(lr=lr)
+def _loop_step(particle, params, config, fused_adam: bool = True):
+    """``step()``: one step of the shared training loop (:func:`~inference.training.optimiser_step`: loss and
+    gradient checks, Adam — fused or PyTorch's default —, schedule) with ``config``'s rate, particles and schedule."""
+    optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
     scheduler = lr_scheduler(optimizer, config, 10**6)
 
     def step():
@@ -98,7 +98,7 @@ def lrt_floor_step(x, y):
             h = F.relu(h) if i < len(linears) - 1 else h
         return -F.cross_entropy(h, y, reduction="sum") * (N / x.shape[0]), h.new_zeros(())
 
-    return _timed_loop_step(particle, means + variance_weights)
+    return _loop_step(particle, means + variance_weights, BACKENDS["svi-lrt"].Config(lr=1e-3))
 
 
 def backend_step(x, y, name: str, **options):
@@ -122,14 +122,7 @@ def backend_step(x, y, name: str, **options):
         if hasattr(config, "elbo_path"):
             label += f" ({backend._extra_info(bnn, guide, config)['elbo_path']})"
     params = list(guide.parameters()) + bnn.deterministic_parameters()
-    optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
-    scheduler = lr_scheduler(optimizer, config, 10**6)
-
-    def step():
-        optimiser_step(lambda: particle(guide, x, y, N), config.num_particles, 1.0, optimizer, scheduler, params,
-                       math.inf, 0, lambda: None)
-
-    return step, label
+    return _loop_step(lambda: particle(guide, x, y, N), params, config, fused_adam), label
 
 
 def main():

@@ -47,24 +47,37 @@ def test_every_backend_has_tiny_settings():
     assert set(BACKENDS) <= set(TINY), f"add tiny settings for {sorted(set(BACKENDS) - set(TINY))}"
 
 
-@pytest.mark.parametrize("backend,name", list(_cases()))
-def test_backend_fits_the_likelihood(backend, name):
+def tiny_problem(backend: str, likelihood_name: str, **likelihood_options):
+    """``(bnn, x, y, y_std)``: a 1-4-1 MLP on 24 points of a sine (dropout for ``mc-dropout``), targets
+    standardised by the model's affine map."""
     torch.manual_seed(0)
     x = torch.linspace(-1, 1, 24).unsqueeze(1)
     y = 3.0 + 2.0 * torch.sin(3 * x) + 0.3 * torch.randn(24, 1)
-    likelihood = make_likelihood(name, **LIKELIHOODS[name])
+    likelihood = make_likelihood(likelihood_name, **likelihood_options)
     net = MLP(1, likelihood.heads, hidden=(4,), dropout=0.1 if backend == "mc-dropout" else 0.0)
     bnn = BayesianNetwork(net, "all", likelihood=likelihood, example_input=x,
                           target_loc=y.mean(0), target_scale=y.std(0))
-    y_std = (y - bnn.target_loc) / bnn.target_scale
-    posterior = fit(bnn, x, y_std, backend=backend, seed=0, progress=False, **TINY[backend])
+    return bnn, x, y, (y - bnn.target_loc) / bnn.target_scale
+
+
+def check_tiny_fit(posterior, x, y):
+    """Finite metrics, latents and ArviZ export of a posterior of :func:`tiny_problem` at ``x``, ``y``
+    (original units, on the model's device); returns ``(prediction, draws)``."""
     prediction = posterior.predict(x, y=y, seed=0)
     assert prediction.f.shape[1:] == (24, 1) and prediction.pit.shape == (24, 1)
     metrics = evaluate(prediction, y)
     assert all(math.isfinite(metrics[k]) for k in ("rmse", "test_ll", "coverage_90")), metrics
     draws = posterior.sample_params(seed=0)
-    for name in bnn.latent_priors():  # the Student-t's scale and dof are inferred (finite, positive)
+    for name in posterior.bnn.latent_priors():  # e.g. the Student-t's scale and dof (finite, positive)
         assert bool((torch.isfinite(draws[name]) & (draws[name] > 0)).all()), (name, draws[name])
     idata = posterior.to_arviz(x, y, seed=0)
     log_lik = idata.log_likelihood["obs"]
     assert log_lik.sizes["obs_id"] == 24 and bool(torch.isfinite(torch.as_tensor(log_lik.values)).all())
+    return prediction, draws
+
+
+@pytest.mark.parametrize("backend,name", list(_cases()))
+def test_backend_fits_the_likelihood(backend, name):
+    bnn, x, y, y_std = tiny_problem(backend, name, **LIKELIHOODS[name])
+    posterior = fit(bnn, x, y_std, backend=backend, seed=0, progress=False, **TINY[backend])
+    check_tiny_fit(posterior, x, y)

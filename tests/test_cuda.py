@@ -7,7 +7,6 @@ moves the network, and every tensor a posterior returns must be on the device th
 """
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 
@@ -16,9 +15,8 @@ import torch
 
 from conftest import flat_linear_draws
 from inference.backends import BACKENDS, fit
-from inference.metrics import evaluate
 from inference.variational.pruning import prune
-from test_backends_x_likelihoods import TINY
+from test_backends_x_likelihoods import TINY, check_tiny_fit, tiny_problem
 from test_mcmc import assert_matches, linear_bnn, rhat_max
 from zoo import BayesianNetwork
 from zoo.architectures import MLP
@@ -36,25 +34,12 @@ def _on_cuda(tensor: torch.Tensor) -> bool:
 @pytest.mark.parametrize("likelihood_name", list(LIKELIHOODS))
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_every_backend_fits_predicts_and_exports_on_cuda(backend, likelihood_name):
-    torch.manual_seed(0)
-    x = torch.linspace(-1, 1, 24).unsqueeze(1)
-    y = 3.0 + 2.0 * torch.sin(3 * x) + 0.3 * torch.randn(24, 1)
-    likelihood = make_likelihood(likelihood_name, **LIKELIHOODS[likelihood_name])
-    net = MLP(1, likelihood.heads, hidden=(4,), dropout=0.1 if backend == "mc-dropout" else 0.0)
-    bnn = BayesianNetwork(net, "all", likelihood=likelihood, example_input=x,
-                          target_loc=y.mean(0), target_scale=y.std(0))
-    y_std = (y - bnn.target_loc) / bnn.target_scale
+    bnn, x, y, y_std = tiny_problem(backend, likelihood_name, **LIKELIHOODS[likelihood_name])
     posterior = fit(bnn, x, y_std, backend=backend, seed=0, progress=False, device="cuda", **TINY[backend])
     assert all(_on_cuda(p) for p in bnn.parameters())
-    prediction = posterior.predict(x.cuda(), y=y.cuda(), seed=0)
-    assert _on_cuda(prediction.f) and _on_cuda(prediction.log_lik) and prediction.f.shape[1:] == (24, 1)
-    metrics = evaluate(prediction, y.cuda())
-    assert all(math.isfinite(metrics[k]) for k in ("rmse", "test_ll", "coverage_90")), metrics
-    draws = posterior.sample_params(seed=0)
+    prediction, draws = check_tiny_fit(posterior, x.cuda(), y.cuda())
+    assert _on_cuda(prediction.f) and _on_cuda(prediction.log_lik)
     assert all(_on_cuda(v) for v in draws.values()), {k: v.device for k, v in draws.items()}
-    idata = posterior.to_arviz(x.cuda(), y.cuda(), seed=0)
-    log_lik = idata.log_likelihood["obs"]
-    assert log_lik.sizes["obs_id"] == 24 and bool(torch.isfinite(torch.as_tensor(log_lik.values)).all())
 
 
 @pytest.mark.parametrize("compile", [False, True])
