@@ -13,7 +13,8 @@ is killed (``SIGKILL``), or, with ``--executor ray``, as Ray tasks on an existin
 (``--ray-address``) or a local Ray instance; the run directories must then be on a file system the
 Ray workers share.  A run that needs another (``Run.after``) is started once that one has finished.
 A run whose fit fails (including :class:`lab.runs.RunFailed`) is listed in ``failures.txt``.
-``--only REGEX`` runs the runs whose key matches (and the runs they need); ``--time-limit S`` starts
+``--only REGEX`` runs the runs whose key matches (and the runs they need) — the tables still cover
+every finished run of the grid, so a partial re-run never shrinks them; ``--time-limit S`` starts
 no run after S seconds, lets the started ones finish and writes the tables of what is done (the
 wall-time line says how many runs were left); ``--runs DIR`` keeps the run folders in DIR
 instead of ``OUT/runs``, so grids that hold the same runs (same key and spec: ``bdl-baselines``
@@ -254,7 +255,8 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
                    only: Optional[str] = None, time_limit: Optional[float] = None, runs_dir=None) -> dict:
     """Run grid ``name`` into ``out`` (skipping finished runs) and write its tables and figures.
 
-    ``only``: a regular expression on run keys (the matching runs and their prerequisites);
+    ``only``: a regular expression on run keys: only the matching runs and their prerequisites are
+    fitted, and the tables hold every finished run of the grid;
     ``time_limit``: seconds after which no run is started; ``runs_dir``: the folder of run
     directories (default ``out/runs``).  Returns ``{"results": DataFrame, "summary": DataFrame,
     "failures": {key: error}, "skipped": n, "not_started": n, "files": [paths], "wall_seconds": s}``;
@@ -279,7 +281,7 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     by_key = {r.key: r for r in runs}
     if len(by_key) != len(runs):
         raise ValueError(f"experiment {name!r} has duplicate run keys")
-    runs = _select(runs, only)
+    grid, runs = runs, _select(runs, only)
     out = check_folder(out)
     root = out / "runs" if runs_dir is None else check_folder(runs_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -295,7 +297,7 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
                 failures, left = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address, deadline)
         timing = {"wall_seconds": time.perf_counter() - started, "workers": int(workers), "executor": executor,
                   "fitted": len(todo) - len(left), "found_done": len(runs) - len(todo), "not_started": len(left)}
-        results, summary, files = write_tables(experiment, runs, root, out, failures, timing)
+        results, summary, files = write_tables(experiment, grid, root, out, failures, timing)
     return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
             "not_started": len(left), "files": files, "wall_seconds": timing["wall_seconds"]}
 
@@ -368,7 +370,8 @@ def add_experiment_arguments(parser) -> None:
     parser.add_argument("--data-root", help="data folder: a folder of UCI-layout datasets (uci-benchmark, "
                         "structured-stochasticity: its energy/) or the Euler CSV folder (euler-stochasticity)")
     parser.add_argument("--ray-address", help="address of a running Ray cluster (default: a local Ray instance)")
-    parser.add_argument("--only", metavar="REGEX", help="run only the runs whose key matches (and the runs they need)")
+    parser.add_argument("--only", metavar="REGEX", help="run only the runs whose key matches (and the runs they "
+                        "need); the tables cover every finished run of the grid")
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
                         help="start no run after this many seconds; the tables show what finished")
     parser.add_argument("--runs", metavar="DIR", help="folder of the run directories (default OUT/runs); grids "
@@ -385,7 +388,7 @@ def run_experiment_command(args) -> int:
                             only=args.only, time_limit=args.time_limit, runs_dir=args.runs)
     if (out / "summary.md").is_file():
         print((out / "summary.md").read_text())
-    print(f"{len(report['results'])} runs finished ({report['skipped']} found done), "
+    print(f"{len(report['results'])} finished runs in the tables; this invocation: {report['skipped']} found done, "
           f"{len(report['failures'])} failed, {report['not_started']} not started, "
           f"{time.perf_counter() - started:.0f} s")
     for path in report["files"]:

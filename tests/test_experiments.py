@@ -163,7 +163,7 @@ def test_cli_fast_smoke_run_in_worker_processes(tmp_path, capsys):
     out = tmp_path / "cli"
     assert main(["experiment", "smoke", "--fast", "--out", str(out), "--workers", "2", "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert "6 runs finished (0 found done), 0 failed" in printed and "summary.md" in printed
+    assert "6 finished runs in the tables; this invocation: 0 found done, 0 failed" in printed and "summary.md" in printed
     inline = run_experiment("smoke", tmp_path / "inline", workers=0, progress=False)["results"]
     pooled = pd.read_csv(out / "results.csv")
     # the same seeds give the same numbers in worker processes and in this process
@@ -298,9 +298,13 @@ def test_only_time_limit_and_shared_run_folder(tmp_path):
     first = run_experiment("smoke", tmp_path / "a", workers=0, progress=False, only="^head-0$", runs_dir=shared)
     assert set(first["results"]["key"]) == {"det-0", "head-0"}  # the match and the run it needs
     assert not (tmp_path / "a" / "runs").exists() and (shared / "head-0" / "COMPLETE").is_file()
+    again = run_experiment("smoke", tmp_path / "a", workers=0, progress=False, only="^full-0$", runs_dir=shared)
+    assert again["skipped"] == 0  # only full-0 was fitted, but the tables keep the runs finished before
+    assert set(again["results"]["key"]) == {"det-0", "head-0", "full-0"}
+    assert set(pd.read_csv(tmp_path / "a" / "results.csv")["key"]) == {"det-0", "head-0", "full-0"}
     second = run_experiment("smoke", tmp_path / "b", workers=0, progress=False, runs_dir=shared, time_limit=1e-3)
-    assert second["skipped"] == 2 and second["not_started"] == 4 and len(second["results"]) == 2  # none started
-    assert "Incomplete: stopped at the time limit with 4 run(s) of the grid not started" in (
+    assert second["skipped"] == 3 and second["not_started"] == 3 and len(second["results"]) == 3  # none started
+    assert "Incomplete: stopped at the time limit with 3 run(s) of the grid not started" in (
         tmp_path / "b" / "summary.md").read_text()
     with pytest.raises(ValueError, match="matches no run key"):
         run_experiment("smoke", tmp_path / "c", workers=0, progress=False, only="^nothing$")
