@@ -42,6 +42,7 @@ from .protocol import SNR_RULE, ModuleLocalParams, PruningRule
 from .radial_kl import (
     DEFAULT_CHUNK_ELEMENTS,
     MC_KL_ESTIMATORS,
+    _normal_cross_entropy,
     radial_cross_entropy,
     radial_noise_chunks,
     resolve_mc_kl,
@@ -148,15 +149,8 @@ class _RadialExactDraw(torch.autograd.Function):
         for (m, p), xi, loc, log_scale in zip(priors, noise, params[0::2], params[1::2]):
             sigma = torch.exp(log_scale)
             weights.append(torch.addcmul(loc, sigma, xi))
-            dim = max(1, loc.numel())
-            centred = loc - m if isinstance(m, torch.Tensor) or m != 0.0 else loc
-            if isinstance(p, torch.Tensor):
-                cross = (torch.log(p) + 0.5 * math.log(2 * math.pi) + (centred * centred + sigma * sigma / dim) / (2 * p * p)).sum()
-            else:
-                flat_c, flat_s = centred.reshape(-1), sigma.reshape(-1)
-                cross = dim * (math.log(p) + 0.5 * math.log(2 * math.pi)) + (
-                    torch.dot(flat_c, flat_c) + torch.dot(flat_s, flat_s) / dim) / (2 * p * p)
-            kl = kl + cross - (log_scale.sum() + radial_entropy_constant(dim))
+            entropy = log_scale.sum() + radial_entropy_constant(max(1, loc.numel()))
+            kl = kl + _normal_cross_entropy(loc, sigma, m, p) - entropy  # as site_kl, without its graph
             sigmas.append(sigma)
         ctx.priors, ctx.noise = priors, noise
         ctx.save_for_backward(*params[0::2], *sigmas)
