@@ -5,6 +5,11 @@ module (``svi.py``, ...).  Other modules add theirs with :func:`register_backend
 """
 from __future__ import annotations
 
+import contextlib
+import random
+
+import numpy as np
+import pyro
 import torch
 from torch.utils.data import DataLoader
 
@@ -95,6 +100,33 @@ def _placed(bnn, x: torch.Tensor, y: torch.Tensor, raw_y: torch.Tensor) -> tuple
     return x, y.to(**like) if y.is_floating_point() else y.to(like["device"])
 
 
+@contextlib.contextmanager
+def preserved_session(bnn):
+    """Run a fit without side effects on the caller's session.
+
+    On exit (normal or not) the global random states a backend may seed (torch's CPU generator
+    and that of ``bnn``'s CUDA device, numpy's and Python's — ``pyro.set_rng_seed`` seeds all
+    three), the names in Pyro's global parameter store and the train/eval mode of every submodule of ``bnn``
+    are as they were on entry.  The fit's own draws are unchanged: it still seeds them itself.
+    """
+    device = bnn.target_scale.device
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    modes = [(module, module.training) for module in bnn.modules()]
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    store = pyro.get_param_store()
+    stored_names = set(store.keys())
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            yield
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+        for name in set(store.keys()) - stored_names:
+            del store[name]
+        for module, training in modes:
+            module.training = training
+
+
 def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = True, device=None, **options):
     """Infer the posterior of ``bnn``'s random sites given data ``(x, y)`` or a ``DataLoader``.
 
@@ -109,6 +141,8 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         y: regression targets ``[N, O]`` in *standardised* units, or class labels ``[N]``.
         backend: a name in ``BACKENDS``.
         seed: fixes every random draw of the run (a DataLoader's shuffling has its own generator).
+            The fit leaves the caller's session as it was (:func:`preserved_session`): global
+            random states, the network's train/eval modes and Pyro's parameter store.
         progress: show a tqdm progress bar.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a ``torch.device``: ``bnn`` is
             moved there (``bnn.to(device)``, in place) before fitting; default: where it is.  The
@@ -143,8 +177,10 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         first = x.collate_fn([x.dataset[0]])  # a one-row batch: the network is checked before fitting
         if isinstance(first, (tuple, list)) and len(first) == 2:  # (other rows: LoaderBatches' clear error)
             bnn.check_forward(_placed(bnn, *check(*first), first[1])[0])
-        return engine.run(bnn, batches, None, config, int(seed), bool(progress))
+        with preserved_session(bnn):
+            return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
     x, y = _placed(bnn, *check_training_data(bnn, x, y), y)
     bnn.check_forward(x)
-    return engine.run(bnn, x, y, config, int(seed), bool(progress))
+    with preserved_session(bnn):
+        return engine.run(bnn, x, y, config, int(seed), bool(progress))
