@@ -236,3 +236,27 @@ def test_arviz_from_stock_mcmc_with_log_likelihood():
     assert idata.log_likelihood["obs"].values[0, 0] == pytest.approx(expected, rel=1e-5, abs=1e-5)
     with pytest.raises(ValueError, match="every latent site"):
         pointwise_log_likelihood(bnn, {"out.weight": torch.zeros(1, 2, 1, 6)}, x, y)
+
+
+def test_jit_trace_elbo_trains_bnn_model_after_pyro_module():
+    """JitTrace_ELBO compiles against Pyro's global parameter store: ``pyro.module("net", bnn.net)``
+    puts the network's own trainable tensors there (same objects), after which the compiled ELBO
+    trains them and reaches the loss of the uncompiled Trace_ELBO."""
+    from pyro.infer import JitTrace_ELBO
+
+    x, y = _data(64)
+    final = {}
+    for elbo in (Trace_ELBO(num_particles=2), JitTrace_ELBO(num_particles=2)):
+        pyro.clear_param_store()
+        pyro.set_rng_seed(0)
+        bnn = _bnn("last")
+        pyro.module("net", bnn.net)
+        before = bnn.net.fc1.weight.detach().clone()
+        assert pyro.param("net$$$fc1.weight").unconstrained() is bnn.net.fc1.weight
+        svi = SVI(bnn.model, AutoNormal(bnn.model), pyro.optim.Adam({"lr": 2e-2}), elbo)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            losses = [svi.step(x, y) for _ in range(250)]
+        assert not torch.equal(bnn.net.fc1.weight.detach(), before), f"{type(elbo).__name__} did not train fc1"
+        final[type(elbo).__name__] = sum(losses[-80:]) / 80
+    assert abs(final["JitTrace_ELBO"] - final["Trace_ELBO"]) < 0.15 * abs(final["Trace_ELBO"]) + 3, final

@@ -238,6 +238,9 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
 
         The trainable deterministic parameters are registered with Pyro as ``"net$$$<name>"``
         (:func:`zoo.pyro_module.register_parameters`), so stock ``pyro.infer.SVI`` trains them.
+        They are not in Pyro's global parameter store, which ``JitTrace_ELBO`` compiles
+        against: call ``pyro.module("net", bnn.net)`` once before a JIT-compiled ELBO (it puts
+        the network's own tensors there) — otherwise Pyro's JIT fails with ``KeyError: 'net$$$…'``.
         """
         register_parameters("net", self.net)
         values = {name: pyro.sample(name, d) for name, d in self._weight_priors.items()}
