@@ -87,7 +87,8 @@ def write_report(run, out=None, *, data=None, seed: int = 0) -> Path:
 
     ``run`` is a run folder, a :class:`Run`, a ``RunResult``, or a fitted ``Posterior`` with
     ``data=`` its :class:`~zoo.data.Dataset` (the test set is predicted once with ``seed``, as a
-    run does: ``write_report(posterior, "report.html", data=dataset)``); one that was never
+    run does: ``write_report(posterior, "report.html", data=dataset)``) or the tensors given to
+    ``fit``, ``(x, y)`` or ``(x_train, y_train, x_test, y_test)`` (:func:`tensors_as_dataset`); one that was never
     written to a folder needs ``out``.
     """
     run = as_run(run, data, seed)

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-from zoo.data import Dataset
+import torch
+
+from zoo.data import DataError, Dataset
 
 from inference.arviz_export import load_netcdf
 from inference.net_spec import describe_spec, net_spec
@@ -30,7 +32,7 @@ from inference.posterior import Posterior, load_posterior, to_jsonable
 from lab.runs import RunResult, evaluate_posterior
 from lab.store import StoreError, verify_run
 
-__all__ = ["Run", "NotApplicable", "open_run", "as_run", "REQUIRED_FILES"]
+__all__ = ["Run", "NotApplicable", "open_run", "as_run", "tensors_as_dataset", "REQUIRED_FILES"]
 
 #: files every reportable run holds (``train.nc`` and ``posterior/`` are optional)
 REQUIRED_FILES = ("metrics.json", "config.json", "posterior.nc")
@@ -190,13 +192,50 @@ def open_run(directory) -> Run:
     return Run.from_directory(directory)
 
 
+def tensors_as_dataset(bnn, data: Sequence[torch.Tensor]) -> Dataset:
+    """``(x, y)`` or ``(x_train, y_train, x_test, y_test)`` in the units given to :func:`inference.fit`
+    as a :class:`~zoo.data.Dataset` for a report.
+
+    Inputs are taken as the network takes them (no input scaling); regression targets ``[N, T]``
+    are standardised by the model's ``target_loc`` / ``target_scale`` (its original units are
+    ``y * target_scale + target_loc``), class labels are ``[N]`` integers.  With two tensors the
+    same points are the training points (PSIS-LOO) and the evaluation points of the report: its
+    metrics are then in-sample, and the data summary says so (``name``).
+    """
+    if len(data) not in (2, 4) or not all(isinstance(t, torch.Tensor) for t in data):
+        kinds = ", ".join(type(t).__name__ for t in data)
+        raise ValueError(f"data= must be a zoo.data.Dataset, or 2 or 4 tensors (x, y) / (x_train, y_train, x_test, "
+                         f"y_test) as given to fit; got {len(data)} item(s): {kinds}")
+    x_train, y_train, x_test, y_test = data if len(data) == 4 else (*data, *data)
+    task = bnn.likelihood.task
+    like = {"dtype": torch.float32}
+    if task == "regression":
+        y_train, y_test = (y.reshape(y.shape[0], -1).to(**like) for y in (y_train, y_test))
+    else:
+        y_train, y_test = y_train.long(), y_test.long()
+    width = x_train.shape[-1]
+    try:
+        return Dataset(
+            name="given points (in-sample)" if len(data) == 2 else "given data", task=task,
+            x_train=x_train.to(**like), y_train=y_train, x_test=x_test.to(**like), y_test=y_test,
+            x_loc=torch.zeros(width), x_scale=torch.ones(width),
+            y_loc=bnn.target_loc.detach().cpu().to(**like), y_scale=bnn.target_scale.detach().cpu().to(**like),
+            num_classes=bnn.output_dim if task == "classification" else None,
+        )
+    except DataError as err:
+        raise ValueError(f"data= for the report: {err}") from None
+
+
 def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> Run:
     """``run`` as a :class:`Run`: a Run, a :class:`~lab.runs.RunResult`, a run folder, or a fitted
     :class:`~inference.posterior.Posterior` with its ``data`` (:meth:`Run.from_posterior`, ``seed``)."""
     if isinstance(run, Posterior):
         if data is None:
             raise ValueError("a report of a posterior needs the data it was fitted on: pass data=dataset "
-                             "(a zoo.data.Dataset), e.g. write_report(posterior, 'report.html', data=dataset)")
+                             "(a zoo.data.Dataset) or data=(x, y) / (x_train, y_train, x_test, y_test) tensors "
+                             "as given to fit, e.g. write_report(posterior, 'report.html', data=(x, y))")
+        if isinstance(data, (tuple, list)):
+            data = tensors_as_dataset(run.bnn, data)
         return Run.from_posterior(run, data, seed=seed)
     if data is not None:
         raise ValueError(f"data= is for a report of a Posterior; a {type(run).__name__} holds its own data")
