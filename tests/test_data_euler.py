@@ -182,3 +182,16 @@ def test_euler_increments_standardisation_is_unchanged(tmp_path):
     }
     for name, value in expected.items():
         assert torch.equal(getattr(inc, name), torch.as_tensor(value.astype(np.float32))), name
+
+
+def test_euler_increments_spec_in_load_dataset_and_cli(tmp_path):
+    _write_euler(tmp_path / "euler", n_pixels=42, wrap_pixel=True)
+    folder = tmp_path / "euler"
+    via_spec = load_dataset(f"euler-increments:{folder}", seed=0)
+    direct = euler_increments(load_euler(folder, seed=0))
+    assert via_spec.name == "euler-increments" and torch.equal(via_spec.x_train, direct.x_train)
+    assert torch.equal(via_spec.y_test, direct.y_test)
+    out = tmp_path / "run"
+    assert main(["fit", "--data", f"euler-increments:{folder}", "--model", "multilstm", "--stochastic", "last",
+                 "--backend", "map", "--epochs", "2", "--quiet", "--out", str(out)]) == 0
+    assert (out / "COMPLETE").is_file()

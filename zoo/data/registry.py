@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo.data.checks import DataError
 from zoo.data.dataset import Dataset
-from zoo.data.euler import EULER_DIR_ENV, load_euler
+from zoo.data.euler import EULER_DIR_ENV, euler_increments, load_euler
 from zoo.data.sklearn_sets import load_digits_dataset
 from zoo.data.tabular import load_csv
 from zoo.data.toys import make_moons_dataset, make_toy1d
@@ -20,6 +20,9 @@ DATASET_SPECS = {
     "digits": "scikit-learn 8x8 digits, 10 classes, stratified 75/25 split",
     "moons": "scikit-learn two-moons binary classification, 80/20 split",
     "euler[:PATH]": f"Euler-angle sequences under strain, not bundled; PATH or ${EULER_DIR_ENV}",
+    "euler-increments[:PATH]": "the Euler task without the 0/360 degree wrap-around: per-step angle changes in, "
+                               "the step-20 change out (the formulation whose Student-t last layer meets the "
+                               "coverage goal)",
 }
 """Spec forms accepted by :func:`load_dataset`, each with a one-line description (for ``--help``)."""
 
@@ -39,6 +42,8 @@ def load_dataset(spec: str, split: int = 0, seed: int = 0, **kwargs) -> Dataset:
         return load_csv(path, target, seed=seed, **kwargs)
     if kind == "euler":
         return load_euler(rest or None, seed=seed, **kwargs)
+    if kind == "euler-increments":
+        return euler_increments(load_euler(rest or None, seed=seed, **kwargs))
     if spec == "toy1d":
         return make_toy1d(seed=seed, **kwargs)
     if spec == "digits":
