@@ -33,6 +33,7 @@ from zoo.stochastic import SELECTOR_NAMES
 from .experiments import add_experiment_arguments, run_experiment_command
 from .report import add_report_arguments, run_report_command, write_report
 from .runs import RunFailed, RunSpec, execute
+from .store import WriteError, interrupted, note_interrupt
 
 __all__ = ["main", "COMMANDS", "build_parser"]
 
@@ -224,7 +225,7 @@ def _run_fit(args) -> int:
     result = execute(spec, args.out, overwrite=args.overwrite, progress=not args.quiet, device=args.device)
     metrics = result.metrics
     if args.report:
-        print(f"wrote {_write_report_atomically(result.directory)}")
+        print(f"wrote {write_report(result.directory)}")  # atomic: lab.store.write_text_file
     rows = [(k, metrics[k]) for k in SUMMARY_KEYS if k in metrics]
     width = max(len(k) for k, _ in rows)
     print(f"{spec.data} · {spec.model} · stochastic={spec.stochastic} · backend={spec.backend} · split {spec.split} · seed {spec.seed}")
@@ -232,17 +233,6 @@ def _run_fit(args) -> int:
         print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
     print(f"  wrote {result.directory}/: metrics.json, config.json, posterior/, posterior.nc, train.nc, COMPLETE")
     return 0
-
-
-def _write_report_atomically(directory):
-    """``report.html`` of a written run, renamed into place once complete."""
-    temporary = directory / f".report.html.{os.getpid()}.tmp"
-    try:
-        write_report(directory, temporary)
-        os.replace(temporary, directory / "report.html")
-    finally:
-        temporary.unlink(missing_ok=True)
-    return directory / "report.html"
 
 
 COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
@@ -295,6 +285,7 @@ def _raise_interrupt(signum, frame):
     interrupt is lost (Python swallows an exception raised inside a finaliser, e.g. a ``__del__``
     that the signal happened to land in; the fit would then run on).  Run folders stay whole: a run
     is written aside and renamed into place, and the next write removes a killed writer's leftovers."""
+    note_interrupt()  # a swallowed interrupt still stops the write (lab.store) and the exit status (main)
     watchdog = threading.Timer(CTRL_C_GRACE_SECONDS, _exit_interrupted)
     watchdog.daemon = True
     watchdog.start()
@@ -306,9 +297,13 @@ def main(argv=None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     previous_int = signal.signal(signal.SIGINT, _raise_interrupt) if in_main_thread else None
+    interrupted(clear=True)
     try:
-        return run_command(sys.argv[1:] if argv is None else argv)
-    except (NonFiniteLossError, RunFailed) as err:
+        status = run_command(sys.argv[1:] if argv is None else argv)
+        if interrupted():  # Ctrl-C swallowed on the way (e.g. raised inside a finaliser): never exit 0
+            raise KeyboardInterrupt
+        return status
+    except (NonFiniteLossError, RunFailed, WriteError) as err:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     except (ValueError, FileNotFoundError, NotADirectoryError) as err:

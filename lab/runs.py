@@ -50,6 +50,7 @@ from inference.metrics import evaluate
 from inference.posterior import SamplePosterior, to_jsonable
 from inference.variational.pruning import PRUNE_MODES, prune
 
+from .isolated import write_in_child
 from .store import check_destination, staged_directory
 
 __all__ = ["RunSpec", "RunResult", "RunFailed", "RUN_FILES", "build_model", "execute", "evaluate_posterior",
@@ -375,11 +376,16 @@ def _check_draws(posterior) -> None:
 
 
 def write_run(result: RunResult, directory, *, overwrite: bool = False) -> Path:
-    """Write ``result`` as a run folder (:data:`RUN_FILES`, then ``COMPLETE``), atomically; returns it."""
+    """Write ``result`` as a run folder (:data:`RUN_FILES`, then ``COMPLETE``), atomically; returns it.
+
+    A disk-full or other I/O error raises a one-line :class:`lab.store.WriteError` and leaves
+    ``directory`` as it was; the NetCDF files are written in a forked child
+    (:func:`lab.isolated.write_in_child`), since h5py can crash the process on a full disk.
+    """
     with staged_directory(directory, overwrite) as staging:
         result.posterior.save(staging / "posterior")
-        save_netcdf(result.idata, staging / "posterior.nc")
-        save_netcdf(result.train_idata, staging / "train.nc")
+        write_in_child(save_netcdf, staging / "posterior.nc", result.idata)  # h5py may crash on a full disk
+        write_in_child(save_netcdf, staging / "train.nc", result.train_idata)
         _write_json(staging / "config.json", result.config)
         _write_json(staging / "metrics.json", result.metrics)
     result.directory = Path(directory).absolute()

@@ -11,12 +11,22 @@ sealed by a completeness marker :data:`COMPLETE` written last, and renamed into 
   one step (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames, between which there is
   no run at the destination) and then deleted whole, so a ``SIGKILL`` at any moment leaves the
   old run or the new one, or (only without the atomic swap) none — never a mix;
-* :func:`verify_run` re-checks a sealed run: every file listed in ``COMPLETE`` present, of its
-  recorded size and SHA-256 digest (so truncated or deleted files are caught);
+* :func:`verify_run` re-checks a sealed run, which it does not trust (it may come from someone
+  else): every name listed in ``COMPLETE`` is a plain relative path inside the folder (no ``..``,
+  no absolute path), opened without following any symbolic link, a regular file of its recorded
+  size (checked before hashing) and SHA-256 digest; the folder holds no link or special file, and a
+  listed sub-folder (``posterior/``) no unlisted file;
 * :class:`RunLock` is an exclusive ``fcntl.flock`` on ``OUT/.lock`` recording the holder's pid,
-  host and command; the kernel releases it when the holder dies, even by ``SIGKILL``.
+  host and command; the kernel releases it when the holder dies, even by ``SIGKILL``; a planted
+  link or special file there is refused, never followed;
+* :func:`write_text_file` replaces one file atomically (a new file made with ``O_EXCL``, renamed
+  over the old name, so a link planted there is replaced, not written through);
+* an ``OSError`` while writing (disk full, I/O error) becomes a one-line :class:`WriteError`.
 
 Temporary siblings left by killed writers are removed by the next write to the same destination.
+A run's output path (``--out``) that is itself a symbolic link is refused: the run would be renamed
+over the link rather than written where it points.  Its parent folders may be links.  See
+``docs/reliability.md`` for the guarantees and the threat model.
 """
 from __future__ import annotations
 
@@ -25,29 +35,51 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["COMPLETE", "LOCK_NAME", "StoreError", "check_destination", "check_folder", "staged_directory", "seal",
-           "verify_run", "RunLock"]
+from .runcheck import _CLOEXEC, _NOFOLLOW, _NONBLOCK, COMPLETE, StoreError, _digest, read_manifest, verify_run
 
-#: the completeness marker, written last: ``{"files": {relative path: {"size", "sha256"}}, ...}``
-COMPLETE = "COMPLETE"
+__all__ = ["COMPLETE", "LOCK_NAME", "StoreError", "WriteError", "check_destination", "check_folder",
+           "staged_directory", "seal", "verify_run", "RunLock", "write_text_file", "note_interrupt", "interrupted", "read_manifest"]
+
 #: the lock file of an experiment's output folder
 LOCK_NAME = ".lock"
 _PARTIAL = ".partial-"
 _RENAME_EXCHANGE = 2
+class WriteError(RuntimeError):
+    """Writing a run or an output file failed (disk full, I/O error): nothing was written, and what
+    was at the destination before is unchanged.  The message is one line."""
 
 
-class StoreError(ValueError):
-    """An output path that cannot be written, a run that is incomplete, or an output folder in use."""
+#: Ctrl-C received by this process (set by the CLI's handler; checked before a run is moved into place,
+#: so an interrupt that Python swallowed, e.g. inside a finaliser, still stops the write)
+_interrupts: list = []
+
+
+def note_interrupt() -> None:
+    """Record a Ctrl-C (called from the SIGINT handler)."""
+    _interrupts.append(time.monotonic())
+
+
+def interrupted(clear: bool = False) -> bool:
+    """Whether a Ctrl-C was recorded; ``clear`` forgets it."""
+    seen = bool(_interrupts)
+    if clear:
+        _interrupts.clear()
+    return seen
+
+
+def _check_interrupt() -> None:
+    if _interrupts:
+        raise KeyboardInterrupt
 
 
 def _looks_like_run(path: Path) -> bool:
@@ -64,7 +96,10 @@ def check_destination(path, overwrite: bool = False) -> Path:
     its nearest existing parent folder is not writable.
     """
     path = Path(path).absolute()
-    if path.exists() or path.is_symlink():
+    if path.is_symlink():
+        raise StoreError(f"--out {path} is a symbolic link ({_link_target(path)}); a run is renamed into place, which "
+                         f"would replace the link itself: give a real folder or a new path")
+    if path.exists():
         if not path.is_dir():
             raise StoreError(f"--out {path} is a file, not a run folder")
         if any(path.iterdir()):
@@ -76,11 +111,28 @@ def check_destination(path, overwrite: bool = False) -> Path:
     return path
 
 
-def check_folder(path) -> Path:
-    """Validate ``path`` as an output folder to create or add to (e.g. an experiment's); returns it."""
+def _link_target(path: Path) -> str:
+    target = os.readlink(path)
+    resolved = path.parent / target
+    kind = ("which does not exist" if not resolved.exists() else "a file" if not resolved.is_dir() else
+            "a run" if _looks_like_run(resolved) and any(resolved.iterdir()) else
+            "an empty folder" if not any(resolved.iterdir()) else "a folder")
+    return f"to {target}: {kind}"
+
+
+def check_folder(path, option: str = "--out") -> Path:
+    """Validate ``path`` as an output folder to create or add to (e.g. an experiment's); returns it.
+
+    A symbolic link to a folder is followed (the folder is only added to, never renamed); one that
+    dangles or points to a file is refused.
+    """
     path = Path(path).absolute()
+    if path.is_symlink():
+        if not path.exists():
+            raise StoreError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist")
+        path = path.resolve()
     if path.exists() and not path.is_dir():
-        raise StoreError(f"--out {path} is a file, not a folder")
+        raise StoreError(f"{option} {path} is a file, not a folder")
     _check_writable(path, path)
     return path
 
@@ -107,24 +159,21 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
-
 def seal(directory) -> dict:
     """Write ``directory/COMPLETE`` listing every file (size, SHA-256), after syncing them to disk."""
     directory = Path(directory)
     files = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE):
         _fsync(path)
-        files[path.relative_to(directory).as_posix()] = {"size": path.stat().st_size, "sha256": _digest(path)}
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            files[path.relative_to(directory).as_posix()] = {"size": size, "sha256": _digest(fd, size)}
+        finally:
+            os.close(fd)
     manifest = {"format": 1, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files}
     temporary = directory / f"{COMPLETE}.tmp"
-    with open(temporary, "w") as fh:
+    with open(temporary, "x") as fh:
         json.dump(manifest, fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())
@@ -134,39 +183,7 @@ def seal(directory) -> dict:
     return manifest
 
 
-def verify_run(directory, required=()) -> dict:
-    """The ``COMPLETE`` manifest of a sealed run, after re-checking every file it lists.
-
-    Raises :class:`StoreError` (one line) if the run is missing, unsealed (interrupted), a listed
-    file is missing, of another size or digest, or a name in ``required`` is not listed.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise StoreError(f"no run folder at {directory}")
-    try:
-        manifest = json.loads((directory / COMPLETE).read_text())
-        files = manifest["files"]
-    except FileNotFoundError:
-        raise StoreError(f"{directory} is not a complete run (no {COMPLETE} marker: unfinished or "
-                         f"interrupted)") from None
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise StoreError(f"{directory}/{COMPLETE} is unreadable ({type(err).__name__})") from None
-    for name in required:
-        if not any(f == name or f.startswith(f"{name}/") for f in files):
-            raise StoreError(f"{directory} lacks {name}")
-    for name, record in files.items():
-        path = directory / name
-        try:
-            size = path.stat().st_size
-            if size != record["size"]:
-                raise StoreError(f"{path} has {size} bytes, {record['size']} were written: the run is damaged")
-            if _digest(path) != record["sha256"]:
-                raise StoreError(f"{path} differs from what was written (SHA-256): the run is damaged")
-        except OSError as err:
-            raise StoreError(f"{path} is missing or unreadable ({err.strerror or type(err).__name__})") from None
-    return manifest
-
-
+# ---------------------------------------------------------------- writing
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux ``renameat2``); False where the system cannot."""
     if not sys.platform.startswith("linux"):
@@ -184,6 +201,18 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
+def _remove(path: Path, ignore_errors: bool = False) -> None:
+    """Delete ``path``: a folder whole; a link or file (never what a link points to) by unlinking it."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path)
+    except OSError:
+        if not ignore_errors:
+            raise
+
+
 def _remove_stale_partials(path: Path) -> None:
     """Delete temporary siblings of ``path`` whose writer (a process on this host) has died."""
     prefix = f".{path.name}{_PARTIAL}{socket.gethostname()}-"
@@ -194,9 +223,16 @@ def _remove_stale_partials(path: Path) -> None:
             pid = int(sibling.name[len(prefix):].split("-")[0])
             os.kill(pid, 0)
         except ProcessLookupError:
-            shutil.rmtree(sibling, ignore_errors=True)
+            _remove(sibling, ignore_errors=True)
         except (ValueError, PermissionError):
             continue
+
+
+def _write_error(err: OSError, path: Path, replacing: bool) -> WriteError:
+    where = f" ({Path(err.filename).name})" if getattr(err, "filename", None) else ""
+    kept = "the run already there is unchanged" if replacing else "nothing was written"
+    return WriteError(f"could not write the run {path}: {err.strerror or str(err).splitlines()[0] or type(err).__name__}"
+                      f"{where}; {kept}")
 
 
 @contextlib.contextmanager
@@ -205,23 +241,31 @@ def staged_directory(path, overwrite: bool = False):
 
     ``path`` is checked with :func:`check_destination` first and again just before the move (a run
     that appeared meanwhile is not replaced without ``overwrite``).  On any exception, including
-    ``KeyboardInterrupt``, the temporary folder is removed and ``path`` is untouched.
+    ``KeyboardInterrupt``, the temporary folder is removed and ``path`` is untouched; an
+    ``OSError`` (disk full, I/O error) is raised as a one-line :class:`WriteError`.  A Ctrl-C
+    recorded by :func:`note_interrupt` stops the write before the run is moved into place.
     """
     path = check_destination(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(path)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}{_PARTIAL}{socket.gethostname()}-{os.getpid()}-",
-                                    dir=path.parent))
+    replacing = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_partials(path)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}{_PARTIAL}{socket.gethostname()}-{os.getpid()}-",
+                                        dir=path.parent))
+    except OSError as err:
+        raise _write_error(err, path, replacing) from None
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; a run folder gets the usual mode
     try:
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; a run folder gets the usual mode
         yield staging
+        _check_interrupt()
         seal(staging)
+        _check_interrupt()
         check_destination(path, overwrite)
         if path.exists() and any(path.iterdir()):
             if _exchange(staging, path):
-                shutil.rmtree(staging)  # now the old run
+                _remove(staging)  # now the old run
             else:
                 old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
                 os.replace(path, old / "run")
@@ -234,9 +278,42 @@ def staged_directory(path, overwrite: bool = False):
         else:
             os.replace(staging, path)  # also onto an empty folder
         _fsync(path.parent)
+    except OSError as err:
+        _remove(staging, ignore_errors=True)
+        raise _write_error(err, path, replacing) from None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove(staging, ignore_errors=True)
         raise
+
+
+def write_text_file(path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically: into a new file made with ``O_EXCL`` beside it,
+    then renamed over ``path`` — a link planted at ``path`` is replaced, never written through, and
+    a failure leaves the old file.  ``OSError`` becomes :class:`WriteError`."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        raise StoreError(f"{path} is a folder; cannot write a file there")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise WriteError(f"could not write {path}: {err.strerror or type(err).__name__}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(handle, 0o666 & ~umask)
+        with os.fdopen(handle, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, path)
+    except OSError as err:
+        Path(temporary).unlink(missing_ok=True)
+        raise WriteError(f"could not write {path}: {err.strerror or type(err).__name__}; it is unchanged") from None
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
 
 
 class RunLock:
@@ -244,7 +321,8 @@ class RunLock:
 
     ``with RunLock(out):`` raises :class:`StoreError` naming the holder (pid, host, command, start
     time) if another process holds it.  The kernel drops the lock when its holder exits or is
-    killed, so a stale lock file never blocks.
+    killed, so a stale lock file never blocks.  The lock file is opened without following links
+    (``O_NOFOLLOW``) and must be a regular file: a planted link or FIFO is refused, never written through.
     """
 
     def __init__(self, directory):
@@ -253,7 +331,15 @@ class RunLock:
 
     def __enter__(self) -> "RunLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise StoreError(f"{self.path} is a symbolic link; remove it (a lock file is never followed)") from None
+            raise StoreError(f"cannot create the lock file {self.path} ({err.strerror})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StoreError(f"{self.path} is not a regular file; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

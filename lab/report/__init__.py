@@ -9,7 +9,10 @@ PSIS-LOO and WAIC with Pareto-k̂ warnings, calibration (coverage-vs-nominal and
 reliability and ECE), 1-D predictive bands, the likelihood (its options, the posterior of its
 noise sd / degrees of freedom, a PIT QQ plot and tail check of the residuals), per-member
 metrics and per-layer log α / sparsity — and, for several runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
-A section that does not apply to a run says so in one line.
+A section that does not apply to a run says so in one line.  A run folder is not trusted: it is
+verified before it is read (:func:`lab.store.verify_run`), every value from it is escaped
+(:mod:`lab.report.html`: Jinja2 autoescaping) and pages are written atomically
+(:func:`lab.store.write_text_file`).
 
 In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`, and
 :func:`render_section` for one section (e.g. inline in a notebook); each takes a run folder,
@@ -28,6 +31,7 @@ from typing import Callable, Sequence
 from . import compare, layers, likelihood, members, predictive, sections
 from .html import Section, note, page
 from .rundata import NotApplicable, Run, as_run, open_run
+from lab.store import write_text_file
 
 __all__ = ["RUN_SECTIONS", "render_run", "render_section", "write_report", "write_comparison", "NotApplicable", "Run",
            "open_run", "as_run"]
@@ -96,10 +100,7 @@ def write_report(run, out=None, *, data=None, seed: int = 0) -> Path:
         if run.directory is None:
             raise ValueError(f"run {run.name!r} is in memory only; pass out=... to say where its report goes")
         out = run.directory / REPORT_NAME
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_run(run), encoding="utf-8")
-    return out
+    return write_text_file(out, render_run(run))  # atomic; a link planted at ``out`` is replaced, not followed
 
 
 def write_comparison(runs: Sequence, out=None, reports: dict | None = None) -> Path:
@@ -119,15 +120,13 @@ def write_comparison(runs: Sequence, out=None, reports: dict | None = None) -> P
             raise ValueError("some runs are in memory only; pass out=... to say where the comparison goes")
         out = Path(os.path.commonpath([str(r.directory.resolve()) for r in runs])) / "comparison.html"
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     links = {name: os.path.relpath(path, out.parent) for name, path in (reports or {}).items()}
     built = [
         _section("Runs", compare.runs_table, runs, links),
         _section("LOO comparison (az.compare)", compare.loo_compare, runs),
         _section("Calibration across runs", compare.calibration_overlay, runs),
     ]
-    out.write_text(page("Run comparison", f"{len(runs)} runs: " + ", ".join(names), built), encoding="utf-8")
-    return out
+    return write_text_file(out, page("Run comparison", f"{len(runs)} runs: " + ", ".join(names), built))
 
 
 # ---------------------------------------------------------------------- command line

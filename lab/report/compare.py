@@ -9,7 +9,7 @@ import arviz as az
 import numpy as np
 
 from . import plots
-from .html import escape, fmt, frame_table, image, note, paragraph
+from .html import frame_table, image, join, link, note, paragraph, table
 from .predictive import LEVELS, coverage_curve, loo_data, pit_values, reliability_curve
 from .rundata import NotApplicable, Run
 
@@ -22,15 +22,14 @@ METRIC_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "memb
 def runs_table(runs: list[Run], links: dict) -> str:
     """One row per run: identity, headline metrics, convergence, timing; names link to the run reports."""
     keys = [k for k in METRIC_KEYS if any(k in r.metrics for r in runs)]
-    head = "".join(f"<th>{escape(h)}</th>" for h in ["run", "data", "model", "stochastic", "backend", *keys])
-    body = []
+    rows = []
     for run in runs:
         href = links.get(run.name)
-        name = f'<a href="{escape(href)}">{escape(run.name)}</a>' if href else escape(run.name)
-        cells = [run.metrics.get(k, "") for k in ("data", "model", "stochastic")] + [run.backend]
+        cells = [link(href, run.name) if href else run.name]
+        cells += [run.metrics.get(k, "") for k in ("data", "model", "stochastic")] + [run.backend]
         cells += [run.metrics.get(k) for k in keys]
-        body.append(f"<tr><td>{name}</td>" + "".join(f"<td>{escape(fmt(c))}</td>" for c in cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        rows.append(cells)
+    return table(rows, ["run", "data", "model", "stochastic", "backend", *keys])
 
 
 def _same_observations(runs: list[Run], datasets: list) -> str | None:
@@ -53,7 +52,7 @@ def loo_compare(runs: list[Run]) -> str:
         table = az.compare(dict(zip([r.name for r in runs], datasets)), ic="loo")
     picture = plots.arviz_png(az.plot_compare, table, figsize=(6, 1 + 0.5 * len(runs)))
     sources = sorted({source for _, source in pairs})
-    return "\n".join([
+    return join([
         *(paragraph(s) for s in sources),
         paragraph("Runs ranked by PSIS-LOO elpd; elpd_diff and dse are relative to the best run, weight is the "
                   "stacking weight. warning = True flags high Pareto k̂ for that run."),
@@ -76,7 +75,7 @@ def calibration_overlay(runs: list[Run]) -> str:
     if not curves:
         raise NotApplicable("no run stored the prediction its calibration needs: " + "; ".join(skipped))
     picture = plots.reliability_png(curves) if tasks == {"classification"} else plots.coverage_png(curves)
-    return "\n".join([paragraph("One curve per run; the dashed diagonal is perfect calibration."),
+    return join([paragraph("One curve per run; the dashed diagonal is perfect calibration."),
                       *(note(s) for s in skipped), image(picture, "calibration across runs")])
 
 

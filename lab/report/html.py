@@ -1,16 +1,30 @@
-"""Self-contained HTML: escaped text, tables, base64 PNG images, one page template.
+"""Self-contained HTML, escaped by construction: Jinja2 templates with autoescaping.
+
+Every piece of a report page is made here by a Jinja2 template whose environment escapes every
+value it inserts (``autoescape=True``), and every helper returns :class:`markupsafe.Markup`, the
+one type that is inserted as HTML.  Anything else — a ``str`` from a run folder, a metric, an
+exception's text — is escaped wherever it goes: into a template, into :func:`join`, or as a
+:class:`Section`'s body.  A section builder therefore never writes markup itself: it returns
+:func:`join` of helpers (:func:`heading`, :func:`paragraph`, :func:`table`, ...), and a plain
+string it returns shows as text, never as markup.  (A run folder may come from someone else:
+no value read from it can open a tag, e.g. ``<script>``, in the reader's browser.)
 
 Everything a report page needs is inline (CSS and images as ``data:image/png;base64,``
 URIs), so a report is a single file that can be mailed or attached to a notebook.
 """
 from __future__ import annotations
 
-import html
+import base64
+import binascii
 import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-__all__ = ["Section", "escape", "fmt", "table", "frame_table", "image", "note", "paragraph", "page"]
+import jinja2
+from markupsafe import Markup, escape as _escape
+
+__all__ = ["Section", "Markup", "escape", "fmt", "join", "heading", "table", "frame_table", "image", "link", "note",
+           "paragraph", "page"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -23,24 +37,53 @@ img{max-width:100%;display:block;margin:.5em 0} .meta{color:#555;font-size:.9em}
 nav a{margin-right:.8em;font-size:.9em}
 """
 
+_TEMPLATES = {
+    "page": (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+        'style-src \'unsafe-inline\'">'
+        "<title>{{ title }}</title><style>{{ css }}</style></head><body>\n"
+        '<h1>{{ title }}</h1><p class="meta">{{ subtitle }}</p>'
+        '<nav>{% for s in sections %}<a href="#{{ s.anchor }}">{{ s.title }}</a>{% endfor %}</nav>\n'
+        "{% for s in sections %}{{ s.render() }}\n{% endfor %}</body></html>\n"
+    ),
+    "section": '<section id="{{ anchor }}"><h2>{{ title }}</h2>\n{{ body }}\n</section>',
+    "heading": "<h3>{{ text }}</h3>",
+    "paragraph": "<p>{{ text }}</p>",
+    "note": '<p class="{{ kind }}">{{ text }}</p>',
+    "link": '<a href="{{ href }}">{{ text }}</a>',
+    "image": '<img alt="{{ alt }}" src="data:image/png;base64,{{ data }}">',
+    "table": (
+        "<table>{% if header %}<tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>{% endif %}"
+        "{% for row in rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>{% endfor %}</table>"
+    ),
+}
+_ENV = jinja2.Environment(loader=jinja2.DictLoader(_TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined)
+_NOTE_KINDS = ("na", "warn", "error")
+
+
+def _render(name: str, **values) -> Markup:
+    return Markup(_ENV.get_template(name).render(**values))
+
 
 @dataclass
 class Section:
-    """One titled block of a report; ``body`` is trusted HTML built with this module."""
+    """One titled block of a report; ``body`` is :class:`Markup` from this module (any other text is escaped)."""
 
     title: str
     body: str
 
-    def render(self) -> str:
-        return f'<section id="{_anchor(self.title)}"><h2>{escape(self.title)}</h2>\n{self.body}\n</section>'
+    @property
+    def anchor(self) -> str:
+        return "".join(c if c.isalnum() else "-" for c in str(self.title).lower()).strip("-")
+
+    def render(self) -> Markup:
+        return _render("section", anchor=self.anchor, title=self.title, body=self.body)
 
 
-def _anchor(title: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
-
-
-def escape(text) -> str:
-    return html.escape(str(text), quote=True)
+def escape(text) -> Markup:
+    """``text`` as HTML-escaped :class:`Markup` (``Markup`` itself is kept as it is)."""
+    return _escape(text if isinstance(text, Markup) else str(text))
 
 
 def fmt(value, digits: int = 4) -> str:
@@ -52,43 +95,64 @@ def fmt(value, digits: int = 4) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float) or hasattr(value, "dtype"):
-        value = float(value)
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return str(value)
         return "nan" if math.isnan(value) else f"{value:.{digits}g}"
     return str(value)
 
 
-def table(rows: Iterable[Sequence], header: Sequence[str] | None = None) -> str:
-    """An HTML table of already-formatted or raw cells (raw cells go through :func:`fmt`)."""
-    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>" if header else ""
-    body = "".join("<tr>" + "".join(f"<td>{escape(fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table>{head}{body}</table>"
+def join(parts: Iterable) -> Markup:
+    """Parts of a section body, one per line: :class:`Markup` as it is, anything else escaped."""
+    return Markup("\n").join(part for part in parts if part is not None)
 
 
-def frame_table(frame, index_name: str = "") -> str:
+def heading(text) -> Markup:
+    """A sub-heading (``<h3>``) inside a section."""
+    return _render("heading", text=text)
+
+
+def table(rows: Iterable[Sequence], header: Sequence[str] | None = None) -> Markup:
+    """An HTML table of cells (:class:`Markup` cells as they are, e.g. :func:`link`; others through :func:`fmt`)."""
+    cells = [[c if isinstance(c, Markup) else fmt(c) for c in row] for row in rows]
+    return _render("table", rows=cells, header=list(header or []))
+
+
+def frame_table(frame, index_name: str = "") -> Markup:
     """A pandas DataFrame as a table (index first)."""
     rows = [[index, *values] for index, values in zip(frame.index, frame.itertuples(index=False))]
     return table(rows, [index_name, *map(str, frame.columns)])
 
 
-def image(png_base64: str, alt: str) -> str:
-    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{png_base64}">'
+def image(png_base64: str, alt: str) -> Markup:
+    """An inline PNG; ``png_base64`` must be base64 text (checked, so it cannot carry markup)."""
+    try:
+        base64.b64decode(png_base64, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise ValueError("image() takes a base64-encoded PNG") from None
+    return _render("image", alt=alt, data=png_base64)
 
 
-def note(text: str, kind: str = "na") -> str:
+def link(href: str, text) -> Markup:
+    """A link to a relative path or http(s) address (any other scheme, e.g. ``javascript:``, is refused)."""
+    scheme = str(href).split(":", 1)[0].lower() if ":" in str(href).split("/", 1)[0] else ""
+    if scheme not in ("", "http", "https"):
+        raise ValueError(f"refusing to link to {href!r}: only relative paths and http(s) addresses")
+    return _render("link", href=href, text=text)
+
+
+def note(text: str, kind: str = "na") -> Markup:
     """A one-line remark: ``na`` (does not apply), ``warn`` or ``error``."""
-    return f'<p class="{kind}">{escape(text)}</p>'
+    if kind not in _NOTE_KINDS:
+        raise ValueError(f"note kind must be one of {_NOTE_KINDS}, got {kind!r}")
+    return _render("note", kind=kind, text=text)
 
 
-def paragraph(text: str) -> str:
-    return f"<p>{escape(text)}</p>"
+def paragraph(text: str) -> Markup:
+    return _render("paragraph", text=text)
 
 
 def page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
-    """The whole HTML document with a table of contents."""
-    nav = "".join(f'<a href="#{_anchor(s.title)}">{escape(s.title)}</a>' for s in sections)
-    body = "\n".join(s.render() for s in sections)
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>\n"
-        f"<h1>{escape(title)}</h1><p class=\"meta\">{escape(subtitle)}</p><nav>{nav}</nav>\n{body}\n</body></html>\n"
-    )
+    """The whole HTML document with a table of contents (its Content-Security-Policy allows no script)."""
+    return str(_render("page", title=title, subtitle=subtitle, sections=list(sections), css=Markup(_CSS)))

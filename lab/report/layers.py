@@ -16,7 +16,7 @@ import torch
 from inference.variational import VariationalGuide, get_family, sparsity
 
 from . import plots
-from .html import image, note, paragraph, table
+from .html import heading, image, join, note, paragraph, table
 from .rundata import NotApplicable, Run
 
 __all__ = ["variational_layers", "loc_scale", "family_rule"]
@@ -102,7 +102,7 @@ def variational_layers(run: Run) -> str:
              table(rows, ["site", "weights", "pruned", "median |μ|/σ", "median log α", "share prunable"])]
     record = posterior.info.get("pruning") or run.config.get("prune")
     if record and record.get("mode", "none") != "none":
-        parts += [f"<h3>Pruned: {record['mode']}</h3>",
+        parts += [heading(f"Pruned: {record['mode']}"),
                   paragraph(f"Pruned {record.get('num_pruned', '?')} of {record.get('num_weights', '?')} weights "
                             f"(sparsity {record.get('sparsity', 0):.3f}; the rule alone marks "
                             f"{record.get('learned_sparsity', float('nan')):.3f})."),
@@ -110,4 +110,4 @@ def variational_layers(run: Run) -> str:
     else:
         parts.append(note("no pruning was applied to this run (fit with --prune principled|random to prune)."))
     parts.append(image(plots.histograms_png(log_alpha, "log α", threshold=threshold), "log alpha histograms"))
-    return "\n".join(parts)
+    return join(parts)

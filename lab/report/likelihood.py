@@ -31,7 +31,7 @@ import arviz as az
 from zoo.likelihoods import likelihood_from_spec
 
 from . import plots
-from .html import fmt, image, note, paragraph, table
+from .html import fmt, heading, image, join, note, paragraph, table
 from .rundata import NotApplicable, Run
 from .sections import RHAT_LIMIT
 
@@ -203,9 +203,9 @@ def observation_model(run: Run) -> str:
                                "Gaussian's."))
     fixed = fixed_rows(likelihood, target_scale)
     if fixed:
-        parts += ["<h3>Fixed noise parameters</h3>",
+        parts += [heading("Fixed noise parameters"),
                   table(fixed, ["quantity", "standardised units", "original units (per target)"])]
-    parts.append("<h3>Posterior of the likelihood's latents</h3>")
+    parts.append(heading("Posterior of the likelihood's latents"))
     try:
         rows, header = latent_rows(run, likelihood, target_scale)
     except NotApplicable as reason:
@@ -221,8 +221,8 @@ def observation_model(run: Run) -> str:
             if high:
                 parts.append(note(f"R-hat > {RHAT_LIMIT} for {', '.join(high)}: the chains disagree about the "
                                   "likelihood's latents.", "warn"))
-    parts += ["<h3>Residual check: does the likelihood fit the test residuals?</h3>", _residuals(run, likelihood)]
-    return "\n".join(parts)
+    parts += [heading("Residual check: does the likelihood fit the test residuals?"), _residuals(run, likelihood)]
+    return join(parts)
 
 
 def _residuals(run: Run, likelihood) -> str:
@@ -247,7 +247,7 @@ def _residuals(run: Run, likelihood) -> str:
                                f"s·sqrt(ν/(ν − 2)) for a Student-t, infinite when draws have ν ≤ 2): "
                                f"{', '.join(fmt(v) for v in noise.mean(0))} per target; it does not vary with x "
                                "for this likelihood, so the binned check of heteroscedastic runs does not apply."))
-        return "\n".join(parts)
+        return join(parts)
     residual = np.abs(s["y"] - s["mean"])
     per_target = {t: binned_residuals(noise[:, t], s["sd"][:, t], residual[:, t]) for t in range(noise.shape[1])}
     rows = [[t, *row] for t, binned in per_target.items() for row in binned]
@@ -257,4 +257,4 @@ def _residuals(run: Run, likelihood) -> str:
         "1 where the predicted noise is small means the variance head is over-confident there."),
         table(rows, ["target", "points", "RMS noise sd", "RMS predictive sd", "RMS |y − mean|", "ratio"]),
         image(plots.binned_residuals_png(per_target), "binned residuals vs predicted sd")]
-    return "\n".join(parts)
+    return join(parts)

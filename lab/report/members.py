@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from . import plots
-from .html import fmt, frame_table, image, paragraph
+from .html import fmt, frame_table, image, join, paragraph
 from .rundata import NotApplicable, Run
 
 __all__ = ["members", "members_frame", "disagreement_reading"]
@@ -70,7 +70,7 @@ def members(run: Run) -> str:
                   f"({'+' if mixture >= mean else ''}{fmt(mixture - mean, 3)} nats per test point)."),
         image(_test_ll_png([m["test_ll"] for m in stored["per_member"]], mixture), "per-member test LL"),
     ]
-    return "\n".join(parts)
+    return join(parts)
 
 
 def _test_ll_png(per_member: list[float], mixture: float) -> str:

@@ -23,7 +23,7 @@ import torch
 
 from inference.metrics import calibration_bins, coverage_from_pit, ece_from_probs
 from . import plots
-from .html import fmt, image, note, paragraph, table
+from .html import fmt, heading, image, join, note, paragraph, table
 from .rundata import NotApplicable, Run
 
 __all__ = ["loo_waic", "loo_data", "test_lppd", "calibration", "bands", "pit_values", "coverage_curve",
@@ -83,7 +83,7 @@ def loo_waic(run: Run) -> str:
                        "log predictive density of new data; its per-point value can be read against the test "
                        "lppd per point."),
              table(rows, ["quantity", "estimate", "SE", "per point"]),
-             "<h3>Pareto k̂ diagnostic</h3>", table(counts.items(), ["range", "points"])]
+             heading("Pareto k̂ diagnostic"), table(counts.items(), ["range", "points"])]
     bad = sum(v for k, v in counts.items() if not k.startswith("good"))
     if bad:
         parts.append(note(f"Pareto k warning: {bad} of {n} points have k̂ above the threshold — "
@@ -97,7 +97,7 @@ def loo_waic(run: Run) -> str:
         parts.append(note("The draws come from a variational approximation q, not the exact posterior; "
                           "read LOO as a score of q's predictive distribution."))
     parts.append(image(plots.arviz_png(az.plot_khat, result, show_hlines=True, figsize=(6, 2.8)), "Pareto k"))
-    return "\n".join(parts)
+    return join(parts)
 
 
 def pit_values(run: Run) -> np.ndarray:
@@ -134,7 +134,7 @@ def calibration(run: Run) -> str:
     empirical = coverage_curve(pit)
     rows = [(f"{p:.0%}", run.metrics.get(f"coverage_{int(round(p * 100))}"), empirical[list(LEVELS).index(p)])
             for p in (0.5, 0.9, 0.95)]
-    return "\n".join([
+    return join([
         paragraph("Coverage of central predictive intervals (observation noise included) against their nominal "
                   f"level; PIT values of the {pit.size} test targets under the run's predictive mixture CDF. "
                   "Curves below the diagonal are over-confident."),
@@ -147,7 +147,7 @@ def calibration(run: Run) -> str:
 def _classification_calibration(run: Run) -> str:
     probs, labels = _class_probabilities(run)
     ece = ece_from_probs(probs, labels, ECE_BINS)
-    return "\n".join([
+    return join([
         paragraph(f"Reliability diagram with {ECE_BINS} equal-width confidence bins (marker size ∝ points per bin); "
                   "points below the diagonal are over-confident. (Coverage curves apply to regression.)"),
         table([("ECE", ece), ("accuracy", run.metrics.get("accuracy"))], ["metric", "value"]),
@@ -184,7 +184,7 @@ def bands(run: Run) -> str:
     )
     outputs = y_test.shape[1]
     extra = note(f"showing output 0 of {outputs}") if outputs > 1 else ""
-    return "\n".join([paragraph(f"The run's prediction ({stored.attrs.get('num_samples', '?')} posterior draws) at its "
+    return join([paragraph(f"The run's prediction ({stored.attrs.get('num_samples', '?')} posterior draws) at its "
                                 f"{x.size} test inputs, targets in original units; bands include observation noise, "
                                 "the dotted lines show the network's own (epistemic) spread. Widest epistemic sd: "
                                 f"{fmt(float(sd_f.max()))}."),

@@ -68,17 +68,19 @@ class Run:
 
     @classmethod
     def from_directory(cls, directory) -> "Run":
-        """A complete run folder (checked by :func:`open_run`); parts are read when first needed."""
+        """A complete run folder, verified first (:func:`lab.store.verify_run`: it is not trusted);
+        parts are read when first needed, and only files that ``COMPLETE`` lists."""
         directory = Path(directory)
-        info_path = directory / "posterior" / "info.json"
+        listed = verify_run(directory, required=REQUIRED_FILES)["files"]
         return cls(
             name=directory.resolve().name,
             metrics=_read_json(directory / "metrics.json"),
             config=_read_json(directory / "config.json"),
             idata=_Deferred(load_netcdf, directory / "posterior.nc"),
-            train_idata=_Deferred(load_netcdf, directory / "train.nc") if (directory / "train.nc").exists() else None,
-            posterior=_Deferred(_load_posterior, directory / "posterior"),
-            info=_read_json(info_path) if info_path.exists() else {},
+            train_idata=_Deferred(load_netcdf, directory / "train.nc") if "train.nc" in listed else None,
+            posterior=_Deferred(_load_posterior, directory / "posterior") if any(
+                name.startswith("posterior/") for name in listed) else None,
+            info=_read_json(directory / "posterior" / "info.json") if "posterior/info.json" in listed else {},
             directory=directory,
         )
 
@@ -185,11 +187,10 @@ def open_run(directory) -> Run:
     every file it lists, unchanged: a half-written or damaged run is never rendered.
     """
     try:
-        verify_run(directory, required=REQUIRED_FILES)
+        return Run.from_directory(directory)
     except StoreError as err:
         raise StoreError(f"cannot report on {directory}: {err} (runs are written by "
                          "'python -m zoo fit ... --out DIR')") from None
-    return Run.from_directory(directory)
 
 
 def tensors_as_dataset(bnn, data: Sequence[torch.Tensor]) -> Dataset:
@@ -264,5 +265,12 @@ def _load_posterior(path: Path):
 
 
 def _read_json(path: Path) -> dict:
-    with open(path) as fh:
-        return json.load(fh)
+    """A JSON object from a verified run file; anything else is a one-line :class:`StoreError`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            value = json.load(fh)
+    except (OSError, ValueError, RecursionError) as err:
+        raise StoreError(f"{path} is not readable JSON ({type(err).__name__})") from None
+    if not isinstance(value, dict):
+        raise StoreError(f"{path} holds a JSON {type(value).__name__}, not an object")
+    return value

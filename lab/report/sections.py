@@ -14,7 +14,7 @@ import numpy as np
 
 from inference.diagnostics import tree_depth_saturation
 from . import plots
-from .html import fmt, frame_table, image, note, paragraph, table
+from .html import fmt, frame_table, heading, image, join, note, paragraph, table
 from .rundata import NotApplicable, Run
 
 __all__ = ["overview", "convergence", "sampler", "optimisation", "summary_frame", "weight_subset"]
@@ -62,25 +62,25 @@ def overview(run: Run) -> str:
     timing = [(k, m[k]) for k in ("fit_seconds", "predict_seconds") if k in m]
     timing += [(k, v) for k, v in sorted(run.info.items()) if k.endswith("_seconds") and k not in m]
     parts = [
-        "<h3>Test metrics (original units)</h3>",
+        heading("Test metrics (original units)"),
         table(headline, ["metric", "value"]) if headline else note("no test metrics in metrics.json"),
-        "<h3>Timings (seconds)</h3>",
+        heading("Timings (seconds)"),
         table(timing, ["phase", "seconds"]) if timing else note("no timings recorded"),
     ]
     spec = {k: v for k, v in run.spec.items() if v not in (None, {}, [])}
-    parts += ["<h3>Run specification</h3>", table(sorted(spec.items()), ["field", "value"]) if spec else
+    parts += [heading("Run specification"), table(sorted(spec.items()), ["field", "value"]) if spec else
               note("config.json holds no run specification")]
     options = run.config.get("backend_options") or {}
     resolved = run.info.get("config") or {}
     merged = {**resolved, **options}
     if merged:
-        parts += ["<h3>Backend options (resolved)</h3>", table(sorted(merged.items()), ["option", "value"])]
+        parts += [heading("Backend options (resolved)"), table(sorted(merged.items()), ["option", "value"])]
     data = run.config.get("data") or {}
     if data:
-        parts += ["<h3>Data</h3>", table(sorted(data.items()), ["field", "value"])]
+        parts += [heading("Data"), table(sorted(data.items()), ["field", "value"])]
     parts.append(paragraph(f"{m.get('num_random', '?')} random parameters; {m.get('num_chains', '?')} chain(s) × "
                            f"{m.get('num_draws', '?')} draws exported to posterior.nc."))
-    return "\n".join(parts)
+    return join(parts)
 
 
 def convergence(run: Run) -> str:
@@ -101,12 +101,12 @@ def convergence(run: Run) -> str:
     if "class" in post["f_mean"].dims:
         coords["class"] = post["f_mean"].coords["class"].values[:3]
     predictive = summary_frame(idata, single, var_names=["log_joint", "f_mean"], coords=coords)
-    parts += ["<h3>Predictive quantities and log joint</h3>", frame_table(predictive)]
+    parts += [heading("Predictive quantities and log joint"), frame_table(predictive)]
     parts += _flags(predictive, chains, run.metrics)
     subset = weight_subset(post)
     if subset:
         weights = summary_frame(subset, single)
-        parts += ["<h3>A readable subset of parameters</h3>",
+        parts += [heading("A readable subset of parameters"),
                   paragraph("Per-weight R-hat is expected to be large for multi-chain neural-network posteriors "
                             "(neurons can be permuted between chains); judge convergence on the predictive rows."),
                   frame_table(weights)]
@@ -116,14 +116,14 @@ def convergence(run: Run) -> str:
     trace_coords = _most_variable(post["f_mean"], pick)
     # float64: ArviZ's KDE cannot bin float32 draws whose spread is tiny relative to their size
     traced = post[["log_joint", "f_mean"]].sel(trace_coords).astype("float64")
-    parts += ["<h3>Trace plots</h3>",
+    parts += [heading("Trace plots"),
               _plot(az.plot_trace, "trace plots", traced, compact=False, figsize=(9, 5)),
-              "<h3>Rank plots</h3>"]
+              heading("Rank plots")]
     if single:
         parts.append(note("rank plots: not applicable — they compare the rank histograms of several chains."))
     else:
         parts.append(_plot(az.plot_rank, "rank plots", traced, figsize=(9, 2.8)))
-    return "\n".join(parts)
+    return join(parts)
 
 
 def _most_variable(f_mean, points, count: int = 2) -> dict:
@@ -201,21 +201,21 @@ def sampler(run: Run) -> str:
                           "there; results near them are biased.", "warn") if total else
                      paragraph("No divergent transitions."))
     if "energy" in stats:
-        parts += ["<h3>Energy</h3>", paragraph("Marginal energy vs energy transitions; BFMI < 0.3 means momentum "
+        parts += [heading("Energy"), paragraph("Marginal energy vs energy transitions; BFMI < 0.3 means momentum "
                                                "resampling explores the energy levels poorly."),
                   image(plots.arviz_png(az.plot_energy, run.idata, figsize=(5, 3.2)), "energy plot")]
     else:
         parts.append(note("energy plot: not applicable — no energy statistic (not an HMC/NUTS run)."))
     traced = {k: stats[k].values for k in ("step_size", "tree_depth", "acceptance_rate", "lp") if k in stats}
     if traced:
-        parts += ["<h3>Per-draw statistics</h3>",
+        parts += [heading("Per-draw statistics"),
                   paragraph("Step size, tree depth, acceptance rate and log posterior density (lp), where recorded."),
                   image(plots.stat_traces_png(traced), "sampler stats")]
     others = [k for k in stats.data_vars if k not in ("diverging", "energy", *traced)]
     if others:
         parts.append(paragraph("Other recorded statistics: " + ", ".join(
             f"{k} (mean {fmt(float(np.mean(stats[k].values)))})" for k in others)))
-    return "\n".join(parts)
+    return join(parts)
 
 
 def optimisation(run: Run) -> str:
@@ -236,4 +236,4 @@ def optimisation(run: Run) -> str:
     if schedule:
         parts.append(table(sorted(schedule.items()), ["schedule option", "value"]))
     parts.append(image(plots.history_png(history), "optimisation history"))
-    return "\n".join(parts)
+    return join(parts)

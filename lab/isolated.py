@@ -1,0 +1,81 @@
+"""Writing a file in a forked child process, so that a crash of the writer cannot take this process down.
+
+h5py/libhdf5 does not fail safely on a full disk: writing ``posterior.nc`` there ended in
+``SIGSEGV`` after pages of "Exception ignored" tracebacks from finalisers.  :func:`write_in_child`
+runs the write in a ``fork`` of this process with its stderr sent to ``/dev/null``; the parent
+waits and turns whatever happened — an exception, a crash by a signal — into one ``OSError``
+(``ENOSPC`` when the file system is full), which :func:`lab.store.staged_directory` reports as a
+one-line :class:`lab.store.WriteError`.  Ctrl-C kills the child and is raised in the parent.
+Where ``fork`` does not exist the write runs in this process.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["write_in_child"]
+
+#: free bytes below which a crashed writer is taken to have met a full disk
+_FULL_BELOW = 1 << 20
+_INTERRUPTED = 130
+
+
+def write_in_child(write: Callable, path, *args) -> None:
+    """``write(*args, path)`` in a forked child; ``OSError`` (or ``KeyboardInterrupt``) here if it failed."""
+    path = Path(path)
+    if not hasattr(os, "fork"):
+        write(*args, path)
+        return
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: write, report one line on failure, never return into the caller
+        code = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.close(read_end)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)  # h5py prints pages of tracebacks from finalisers on a failed write
+            write(*args, path)
+            code = 0
+        except KeyboardInterrupt:
+            code = _INTERRUPTED
+        except BaseException as err:  # noqa: BLE001 - everything goes back to the parent as one line
+            text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            os.write(write_end, f"{getattr(err, 'errno', None) or 0}\t{text}".encode(errors="replace")[:4000])
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except BaseException:  # Ctrl-C or SIGTERM while waiting: the child goes too
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        message = os.read(read_end, 4096).decode(errors="replace")
+    finally:
+        os.close(read_end)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _INTERRUPTED:
+        raise KeyboardInterrupt
+    code, _, text = message.partition("\t")
+    if os.WIFSIGNALED(status):
+        text = f"the writer crashed (signal {os.WTERMSIG(status)})"
+        code = "0"
+    full = _free_bytes(path.parent) < _FULL_BELOW
+    if full or "No space left" in text or "errno = 28" in text:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    raise OSError(int(code) if code.isdigit() and int(code) else errno.EIO, text or "write failed", str(path))
+
+
+def _free_bytes(folder: Path) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return _FULL_BELOW  # unknown: do not claim the disk is full
