@@ -13,7 +13,12 @@ is linear in ``w`` (e.g. its last layer) and the likelihood is Gaussian or categ
 the Fisher is the Hessian).  ``Λ_n`` is factorised by its symmetric square root ``L_n`` (``L_n
 L_nᵀ = Λ_n``), so ``G = Σ_n V_nᵀ V_n`` with ``V_n = L_nᵀ J_n``.  Per-datum Jacobians come from
 ``torch.func.jacrev`` in chunks of data whose ``[n, O, P]`` Jacobian stays within a memory
-budget.  :func:`ggn` returns the dense ``[P, P]`` matrix (small subsets: last layer, named
+budget: ``vmap``-ed over the data where the network has batching rules for that, else (a
+recurrent layer: ``nn.GRU``, ``nn.LSTM``) one ``jacrev`` of a small chunk's outputs, whose
+rows are independent because the network runs in eval mode (:func:`jacobian_path`).  Every
+function here runs the network in eval mode and restores each module's mode afterwards
+(:func:`evaluation_mode`): the curvature is that of the deterministic prediction-time network
+(no dropout; batch normalisation on its running statistics, which are never updated).  :func:`ggn` returns the dense ``[P, P]`` matrix (small subsets: last layer, named
 modules) or its diagonal ``[P]`` (large subsets).
 
 :func:`kfac` returns the Kronecker-factored GGN (KFAC; Martens & Grosse 2015, for the Laplace
@@ -35,6 +40,7 @@ are held at given values.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -43,11 +49,24 @@ from torch import nn
 from torch.func import jacrev, vmap
 
 __all__ = ["WeightLayout", "KronBlock", "fisher_sqrt", "ggn", "kfac", "kron_positions", "kfac_unsupported",
-           "jacobian_chunks",
-           "effective_dim"]
+           "jacobian_chunks", "jacobian_path", "evaluation_mode", "effective_dim"]
 
 #: upper bound on the elements of one chunk's per-datum Jacobian ``[n, O, P]``
 _ELEMENT_BUDGET = 2**24
+#: rows per chunk of the ``"rows"`` Jacobian path (its backward passes cost rows² per chunk)
+_ROWS_CHUNK = 16
+
+
+@contextlib.contextmanager
+def evaluation_mode(net: nn.Module):
+    """Run ``net`` in eval mode inside the block and give every submodule its own mode back afterwards."""
+    modes = [(module, module.training) for module in net.modules()]
+    net.eval()
+    try:
+        yield net
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 class WeightLayout:
@@ -90,23 +109,64 @@ def fisher_sqrt(likelihood, f: torch.Tensor, latents: dict) -> torch.Tensor:
     return ((vectors * eigenvalues.clamp_min(0.0).sqrt().unsqueeze(-2)) @ vectors.transpose(-1, -2)).to(f.dtype)
 
 
-def jacobian_chunks(layout: WeightLayout, w: torch.Tensor, x: torch.Tensor):
-    """Yield ``(index, f [n, O], J [n, O, P])``: outputs and per-datum Jacobians over chunks of ``x``."""
+def _data_vmap_jacobian(single, w: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
+    return vmap(jacrev(single), in_dims=(None, 0))(w, xs)
+
+
+def jacobian_path(layout: WeightLayout, w: torch.Tensor, x: torch.Tensor) -> str:
+    """How :func:`jacobian_chunks` forms per-datum Jacobians for this network, tried on two rows of ``x``:
+    ``"vmap"`` (``jacrev`` ``vmap``-ed over the data) where the network has batching rules for its
+    inputs, else ``"rows"`` (one ``jacrev`` of a chunk's outputs, the backward pass ``vmap``-ed over
+    the outputs only: recurrent layers).
+
+    Raises:
+        ValueError: neither works (what failed is in the message).
+    """
+    fn = layout.output_fn()
+    single = lambda w, xi: fn(w, xi.unsqueeze(0)).squeeze(0)  # noqa: E731 - one datum: [O]
+    probe = x[:2]
+    errors = []
+    with evaluation_mode(layout.bnn.net), torch.enable_grad():
+        for path, jacobian in (("vmap", lambda: _data_vmap_jacobian(single, w, probe)),
+                               ("rows", lambda: jacrev(lambda v: fn(v, probe))(w))):
+            try:
+                jacobian()
+                return path
+            except (RuntimeError, NotImplementedError) as error:
+                errors.append(f"{path}: {type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}")
+    raise ValueError("the per-datum Jacobians of this network's outputs cannot be formed with torch.func ("
+                     + "; ".join(errors) + "); use a backend without curvature (svi, map, ensemble, sgld)")
+
+
+def jacobian_chunks(layout: WeightLayout, w: torch.Tensor, x: torch.Tensor, path: Optional[str] = None):
+    """Yield ``(index, f [n, O], J [n, O, P])``: outputs and per-datum Jacobians over chunks of ``x``,
+    the network in eval mode (its modes restored after each chunk).
+
+    ``path``: ``"vmap"`` or ``"rows"`` (:func:`jacobian_path`; ``None``: found on ``x`` first)."""
+    if path is None:
+        path = jacobian_path(layout, w, x)
     fn = layout.output_fn()
     single = lambda w, xi: fn(w, xi.unsqueeze(0)).squeeze(0)  # noqa: E731 - one datum: [O]
     num_out = layout.bnn.output_dim
     chunk = max(1, _ELEMENT_BUDGET // max(1, num_out * layout.dim))
+    if path == "rows":
+        chunk = min(chunk, _ROWS_CHUNK)
     for start in range(0, x.shape[0], chunk):
         index = torch.arange(start, min(start + chunk, x.shape[0]))
         xs = x[index]
-        jac = vmap(jacrev(single), in_dims=(None, 0))(w, xs)
-        with torch.no_grad():
-            f = fn(w, xs)
+        with evaluation_mode(layout.bnn.net):
+            if path == "vmap":
+                jac = _data_vmap_jacobian(single, w, xs)
+            else:
+                jac = jacrev(lambda v: fn(v, xs))(w)
+            with torch.no_grad():
+                f = fn(w, xs)
         yield index, f, jac
 
 
 @torch.no_grad()
-def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, structure: str = "full") -> torch.Tensor:
+def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, structure: str = "full",
+        path: Optional[str] = None) -> torch.Tensor:
     """GGN of the negative log-likelihood of data ``x`` at weights ``w`` ``[P]``.
 
     Args:
@@ -115,6 +175,7 @@ def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, s
         latents: likelihood latents ``{name: [*shape]}`` (e.g. ``noise_precision`` ``[O]``), held fixed.
         x: inputs ``[N, ...]`` (the GGN does not depend on the targets).
         structure: ``"full"`` → ``[P, P]``; ``"diag"`` → its diagonal ``[P]``.
+        path: the Jacobian path (:func:`jacobian_chunks`).
     """
     if structure not in ("full", "diag"):
         raise ValueError(f"unknown GGN structure {structure!r}; valid: full, diag")
@@ -122,7 +183,7 @@ def ggn(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor, s
     out = torch.zeros((layout.dim, layout.dim) if structure == "full" else (layout.dim,), dtype=torch.float64,
                       device=w.device)
     with torch.enable_grad():
-        for _, f, jac in jacobian_chunks(layout, w.detach(), x):
+        for _, f, jac in jacobian_chunks(layout, w.detach(), x, path):
             root = fisher_sqrt(likelihood, f, latents)  # [n, O, O]
             v = (root.transpose(-1, -2) @ jac.detach()).double()  # [n, O, P]
             if structure == "full":
@@ -230,7 +291,7 @@ def kfac(layout: WeightLayout, w: torch.Tensor, latents: dict, x: torch.Tensor) 
         hooks = [m.register_forward_hook(lambda _m, args, out, name=name: seen[name].append((args[0], out)))
                  for name, m in modules.items()]
         try:
-            with torch.enable_grad():
+            with torch.enable_grad(), evaluation_mode(net):
                 f = fn(w, x[start: start + chunk])
         finally:
             for hook in hooks:

@@ -1,50 +1,57 @@
 """The ``laplace`` backend: a Gaussian around the MAP of the random subset (MacKay 1992).
 
 1. MAP: :func:`inference.potential.initial_point` (full-batch Adam on −log π, deterministic
-   parameters trained jointly when the model trains them, then held).
+   parameters trained jointly when the model trains them, then held); ``init="current"``
+   keeps the network's weights as they are (a network trained elsewhere: post-hoc Laplace,
+   Daxberger et al. 2021) and sets the likelihood's latents (a learned noise precision, a
+   Student-t's scale and ν) to their MAP for those weights
+   (:func:`inference.latent_fit.fit_latents`), as deterministic pretraining does for VI.
 2. Curvature: the GGN of the negative log-likelihood over the random *weights* at the MAP,
    built from the likelihood's output Fisher (:mod:`inference.curvature`; every likelihood):
    dense ``[P, P]`` for small subsets (last layer, named modules: subnetwork Laplace,
    Daxberger et al. 2021); for large ones Kronecker-factored per
    ``nn.Linear`` layer (KFAC, Martens & Grosse 2015; the Laplace approximation of Ritter et
-   al. 2018, :class:`KronRoot`) or diagonal.
-   Likelihood latents (a learned noise precision) are fixed at their MAP values for the
-   curvature and in every draw.
+   al. 2018, :class:`KronRoot`) or diagonal.  The network runs in eval mode (its modes are
+   restored): no dropout, batch normalisation on its running statistics, never updated.
+   Likelihood latents are fixed at their MAP values for the curvature and in every draw.
 3. Prior precision δ·P₀: ``P₀`` is the model prior's precision (``1/σ²`` per weight for
    Normal-family priors, else 1) and ``μ₀`` its mean.  ``prior_precision="model"`` keeps δ = 1
-   (the model's own prior; exact for Bayesian linear regression); ``"marglik"`` maximises
-   the Laplace evidence
+   (the model's own prior; exact for Bayesian linear regression); a number λ is the precision of
+   an isotropic prior N(μ₀, λ⁻¹ I) (P₀ = 1, δ = λ; laplace-torch's ``prior_precision``); ``"marglik"``
+   (the default) maximises the Laplace evidence
 
-       log Z(δ) = log p(y | w*) − δ/2 ‖w* − μ₀‖²_{P₀} + P/2 log δ − ½ Σ_i log(λ_i + δ) + const,
+       log Z(δ) = log p(y | w*) − δ/2 ‖w* − μ₀‖²_{P₀} + P/2 log δ − ½ Σ_i log(λ_i + δ),
 
    λ_i the eigenvalues of the prior-whitened GGN ``P₀^{-½} G P₀^{-½}`` (KFAC: the products
    β_i α_j of the whitened factors' eigenvalues, layer by layer), by MacKay's (1992)
    fixed point δ ← γ / ‖w* − μ₀‖²_{P₀}, γ = Σ λ_i/(λ_i + δ), with the MAP held (post-hoc
-   tuning as in Immer et al. 2021 and Daxberger et al. 2021).
+   tuning as in Immer et al. 2021 and Daxberger et al. 2021), for every GGN structure.
+   ``log Z`` is the whole Laplace evidence log p(y|w*) + log N(w*; μ₀, (δP₀)⁻¹) + P/2 log 2π
+   − ½ log det(G + δP₀) (the terms in log det P₀ and 2π cancel), laplace-torch's
+   ``log_marginal_likelihood``.
 4. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
-   :class:`LaplacePosterior` (a :class:`~inference.posterior.SamplePosterior`, one chain).
-   ``predictive="glm"`` (the default) predicts with the network linearised at the MAP,
-   f(x; w) ≈ f(x; w*) + J(x)(w − w*) at those draws (the GLM predictive of Immer et al. 2021,
-   whose moments are also available in closed form, :meth:`LaplacePosterior.glm_moments`);
-   ``"sample"`` with the network itself at the draws, which Immer et al. 2021 show to
-   underfit when the random subset is large.  Where the network is linear in its random
-   weights (``stochastic="last"``) the two coincide.
+   :class:`~inference.laplace_posterior.LaplacePosterior` (one chain).  Predictives
+   (:mod:`inference.laplace_posterior`): ``"glm"`` Monte Carlo over the network linearised at the
+   MAP (Immer et al. 2021), ``"sample"`` the network itself at the draws (which Immer et al. 2021
+   show to underfit when the random subset is large), and for classification ``"probit"``
+   (MacKay 1992) and ``"bridge"`` (Hobbhahn et al. 2022) in closed form.  ``"auto"`` (default):
+   probit for a categorical likelihood, glm otherwise.  Where the network is linear in its random
+   weights (``stochastic="last"``) glm and sample coincide.
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import asdict, dataclass
+from typing import Union
 
 import pyro
 import torch
-from torch.func import jvp, vmap
 
-from zoo.bnn import BayesianNetwork
-
-from ..curvature import (KronBlock, WeightLayout, effective_dim, ggn, jacobian_chunks, kfac, kfac_unsupported,
-                         kron_positions)
-from ..posterior import SamplePosterior
+from ..curvature import (WeightLayout, effective_dim, evaluation_mode, ggn, jacobian_path, kfac,
+                         kfac_unsupported)
+from ..latent_fit import fit_latents
+from ..laplace_posterior import PREDICTIVES, KronRoot, LaplacePosterior, LinearisedNetwork, sample_offsets
 from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
 from .base import Backend
 
@@ -64,27 +71,37 @@ class LaplaceConfig:
             ``max_full_dim`` weights, else KFAC where every random site is an ``nn.Linear`` weight
             or bias, else diagonal).
         max_full_dim: the ``"auto"`` threshold P (the dense GGN costs P² memory, P³ time).
-        prior_precision: ``"marglik"`` (δ by the evidence) or ``"model"`` (δ = 1).
-        predictive: ``"glm"`` (linearised network at the draws) or ``"sample"`` (network at the draws).
+        prior_precision: ``"marglik"`` (δ by the evidence), ``"model"`` (δ = 1) or a positive number
+            λ (the precision of an isotropic prior N(μ₀, λ⁻¹ I) around the model prior's mean).
+        predictive: ``"auto"`` (probit for a categorical likelihood, else glm), ``"glm"`` (Monte Carlo
+            over the linearised network), ``"sample"`` (network at the draws), ``"probit"`` or
+            ``"bridge"`` (closed-form classification predictives).
         num_samples: draws taken at fit end.
-        init, map_steps, map_lr: the MAP fit (``"current"``: the network's weights as they are).
+        init, map_steps, map_lr: the MAP fit (``"current"``: the network's weights as they are, the
+            likelihood's latents at their MAP for them).
     """
 
     hessian: str = "auto"
     max_full_dim: int = 4000
-    prior_precision: str = "marglik"
-    predictive: str = "glm"
+    prior_precision: Union[str, float] = "marglik"
+    predictive: str = "auto"
     num_samples: int = 200
     init: str = "map"
     map_steps: int = 2000
     map_lr: float = 0.01
 
     def validate(self):
-        choices = {"hessian": HESSIANS, "prior_precision": ("marglik", "model"), "predictive": ("glm", "sample"),
-                   "init": INIT_STRATEGIES}
+        choices = {"hessian": HESSIANS, "predictive": ("auto",) + PREDICTIVES, "init": INIT_STRATEGIES}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}")
+        if isinstance(self.prior_precision, str):
+            if self.prior_precision not in ("marglik", "model"):
+                raise ValueError(f"unknown prior_precision {self.prior_precision!r}; valid: marglik, model or a "
+                                 f"positive number")
+        elif not (math.isfinite(self.prior_precision) and self.prior_precision > 0):
+            raise ValueError(f"prior_precision must be 'marglik', 'model' or a positive finite number, got "
+                             f"{self.prior_precision}")
         for name in ("num_samples", "max_full_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -92,6 +109,19 @@ class LaplaceConfig:
             raise ValueError(f"map_steps must be non-negative, got {self.map_steps}")
         if not (math.isfinite(self.map_lr) and self.map_lr > 0):
             raise ValueError(f"map_lr must be positive, got {self.map_lr}")
+
+    def resolved_predictive(self, likelihood) -> str:
+        """The predictive for ``likelihood`` (``"auto"`` resolved).
+
+        Raises:
+            ValueError: ``probit`` / ``bridge`` with a regression likelihood."""
+        classification = likelihood.task == "classification"
+        if self.predictive == "auto":
+            return "probit" if classification else "glm"
+        if self.predictive in ("probit", "bridge") and not classification:
+            raise ValueError(f"predictive={self.predictive!r} is a classification predictive; this model's "
+                             f"{type(likelihood).__name__} is for regression: use predictive='glm' or 'sample'")
+        return self.predictive
 
 
 def prior_moments(bnn, layout: WeightLayout) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -115,7 +145,8 @@ def prior_moments(bnn, layout: WeightLayout) -> tuple[torch.Tensor, torch.Tensor
 
 
 def log_evidence(log_lik: float, eigenvalues: torch.Tensor, sq_norm: float, delta: float) -> float:
-    """log Z(δ) up to a δ-free constant (module docstring; MacKay 1992)."""
+    """log Z(δ), the Laplace evidence of the module docstring (MacKay 1992), from the whitened GGN's
+    ``eigenvalues`` ``[P]`` and ``sq_norm`` = ‖w* − μ₀‖²_{P₀}."""
     p = eigenvalues.numel()
     return float(log_lik - 0.5 * delta * sq_norm + 0.5 * p * math.log(delta) - 0.5 * torch.log(eigenvalues + delta).sum())
 
@@ -134,168 +165,6 @@ def mackay_precision(eigenvalues: torch.Tensor, sq_norm: float, iterations: int 
     return delta
 
 
-class KronRoot:
-    """A square root ``S`` of the Kronecker-factored Laplace covariance Σ = S Sᵀ (Ritter et al. 2018).
-
-    Per layer, with ``M = [W | b]`` ``[out, k]``, GGN block ``B ⊗ A`` (:class:`~inference.curvature.KronBlock`)
-    and prior precision ``δ·d_j`` on column ``j`` of ``M`` (equal across rows), the prior-whitened factors
-    ``D^{-½} A D^{-½} = Q_A diag(α) Q_Aᵀ`` and ``B = Q_B diag(β) Q_Bᵀ`` give the posterior draw
-
-        ΔM = (Q_B (Z ⊙ (βαᵀ + δ)^{-½}) Q_Aᵀ) D^{-½},   Z ~ N(0, I)  [out, k].
-
-    Attributes:
-        layers: per layer ``{"positions": [out, k] int64, "q_a": [k, k], "q_b": [out, out],
-            "col": [k] (d^{-½}), "inv_sd": [out, k] ((βαᵀ + δ)^{-½})}``.
-    """
-
-    def __init__(self, layers: list[dict]):
-        self.layers = layers
-
-    @staticmethod
-    def whiten(blocks: list[KronBlock], p0: torch.Tensor) -> tuple[list[dict], torch.Tensor]:
-        """``(layers without inv_sd, eigenvalues [P])``: the whitened factors' eigen-decompositions and
-        the P eigenvalues β_i α_j of the whitened GGN, from the blocks and the prior precisions ``p0`` ``[P]``."""
-        layers, eigenvalues = [], []
-        for block in blocks:
-            col = p0[block.positions][0].rsqrt()  # equal across rows (:meth:`check_prior`)
-            alpha, q_a = torch.linalg.eigh(col[:, None] * block.a * col[None, :])
-            beta, q_b = torch.linalg.eigh(block.b)
-            layers.append({"positions": block.positions, "q_a": q_a, "q_b": q_b, "col": col})
-            eigenvalues.append((beta.clamp_min(0.0)[:, None] * alpha.clamp_min(0.0)[None, :]).reshape(-1))
-        return layers, torch.cat(eigenvalues)
-
-    @classmethod
-    def with_sds(cls, layers: list[dict], inv_sd: torch.Tensor) -> "KronRoot":
-        """The root from :meth:`whiten`'s ``layers`` and ``(λ + δ)^{-½}`` ``[P]`` in its eigenvalue order."""
-        sizes = [layer["positions"].numel() for layer in layers]
-        return cls([{**layer, "inv_sd": part.reshape(layer["positions"].shape)}
-                    for layer, part in zip(layers, torch.split(inv_sd, sizes))])
-
-    @staticmethod
-    def check_prior(layout: WeightLayout, p0: torch.Tensor) -> None:
-        """Raise ``ValueError`` unless every layer's prior precision ``p0[positions]`` is equal across rows."""
-        for name, positions in kron_positions(layout).items():
-            precision = p0[positions]
-            if not torch.allclose(precision, precision[:1].expand_as(precision)):
-                raise ValueError(f"hessian='kfac' needs the prior precision of layer {name!r} to be equal across "
-                                 f"its output units; use hessian='diag' or 'full'")
-
-    def to(self, dtype) -> "KronRoot":
-        return KronRoot([{k: v if k == "positions" else v.to(dtype) for k, v in layer.items()}
-                         for layer in self.layers])
-
-    def sample(self, eps: torch.Tensor) -> torch.Tensor:
-        """``S ε`` ``[S, P]`` for standard normal ``eps`` ``[S, P]``."""
-        out = torch.empty_like(eps)
-        for layer in self.layers:
-            z = eps[:, layer["positions"]] * layer["inv_sd"]
-            out[:, layer["positions"]] = (layer["q_b"] @ z @ layer["q_a"].T) * layer["col"]
-        return out
-
-    def project(self, jac: torch.Tensor) -> torch.Tensor:
-        """``Sᵀ j`` ``[..., P]`` of rows ``jac`` ``[..., P]`` (so ``jᵀ Σ j = ‖Sᵀ j‖²``)."""
-        parts = [((layer["q_b"].T @ (jac[..., layer["positions"]] * layer["col"]) @ layer["q_a"]) * layer["inv_sd"])
-                 .flatten(-2) for layer in self.layers]
-        return torch.cat(parts, dim=-1)
-
-    def covariance(self) -> torch.Tensor:
-        """The dense ``[P, P]`` Σ (small subsets only: P² memory)."""
-        dim = sum(layer["positions"].numel() for layer in self.layers)
-        root_t = self.project(torch.eye(dim, dtype=self.layers[0]["q_a"].dtype, device=self.layers[0]["q_a"].device))
-        return root_t @ root_t.T
-
-
-def _sample_offsets(scale, eps: torch.Tensor) -> torch.Tensor:
-    """``S ε`` ``[S, P]`` for the covariance root ``scale`` (``[P, P]`` dense, ``[P]`` sds, or :class:`KronRoot`)."""
-    if isinstance(scale, KronRoot):
-        return scale.sample(eps)
-    return eps @ scale.T if scale.dim() == 2 else eps * scale
-
-
-def _output_variance(scale, jac: torch.Tensor) -> torch.Tensor:
-    """``diag(J Σ Jᵀ)`` ``[n, O]`` of Jacobians ``jac`` ``[n, O, P]``."""
-    if isinstance(scale, KronRoot):
-        return scale.project(jac).square().sum(-1)
-    return (jac @ scale).square().sum(-1) if scale.dim() == 2 else (jac.square() * scale**2).sum(-1)
-
-
-class LinearisedNetwork(BayesianNetwork):
-    """``bnn`` with its outputs linearised in the random weights at ``mean``: f(x; w*) + J(x)(w − w*)."""
-
-    def __init__(self, bnn: BayesianNetwork, mean: torch.Tensor):
-        super().__init__(bnn.net, prior=bnn.prior, likelihood=bnn.likelihood, train_deterministic=bnn.train_deterministic,
-                         output_dim=bnn.output_dim, target_loc=bnn.target_loc.clone(),
-                         target_scale=bnn.target_scale.clone(), sites=bnn.sites)
-        self.layout = WeightLayout(self)
-        self.register_buffer("mean", mean.detach().clone())
-
-    def forward_draws(self, values, x):
-        fn = self.layout.output_fn()
-        delta = self.layout.flatten(values) - self.mean
-        f0 = fn(self.mean, x)
-        tangent = vmap(lambda d: jvp(lambda w: fn(w, x), (self.mean,), (d,))[1])(delta)
-        return f0 + tangent
-
-
-class LaplacePosterior(SamplePosterior):
-    """Draws ``[1, S, ...]`` from the Laplace approximation N(mean, scale scaleᵀ) over the random
-    weights (latents at their MAP), with the Gaussian itself for the GLM predictive.
-
-    Attributes:
-        mean: MAP weights ``[P]`` (flat, in ``bnn.sites`` order, standardised-unit network).
-        scale: ``[P, P]`` square root of the covariance (full), the sds ``[P]`` (diagonal) or a
-            :class:`KronRoot` (KFAC).
-        predictive: ``"sample"`` or ``"glm"`` (then ``bnn`` is a :class:`LinearisedNetwork`).
-    """
-
-    kind = "laplace"
-
-    def __init__(self, bnn, draws, mean, scale, predictive: str = "sample", sample_stats=None, info=None):
-        if predictive == "glm" and not isinstance(bnn, LinearisedNetwork):
-            bnn = LinearisedNetwork(bnn, mean)
-        super().__init__(bnn, draws, sample_stats, info)
-        self.mean, self.predictive = mean.detach(), predictive
-        self.scale = scale if isinstance(scale, KronRoot) else scale.detach()
-
-    def _summary_rows(self):
-        rows = super()._summary_rows() + [("predictive", self.predictive)]
-        for label, key in (("hessian", "hessian_structure"), ("prior precision scale δ", "prior_precision_scale"),
-                           ("effective parameters γ", "effective_dim")):
-            if key in self.info:
-                value = self.info[key]
-                rows.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))
-        return rows
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """``[P, P]`` posterior covariance of the random weights (diagonal: ``diag(scale²)``)."""
-        if isinstance(self.scale, KronRoot):
-            return self.scale.covariance()
-        return self.scale @ self.scale.T if self.scale.dim() == 2 else torch.diag(self.scale**2)
-
-    @torch.no_grad()
-    def glm_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Closed-form GLM predictive of the network output (Immer et al. 2021): mean f(x; w*) and
-        variance diag(J Σ Jᵀ), both ``[N, O]`` in standardised units (regression) or logits."""
-        layout = WeightLayout(self.bnn)
-        means, variances = [], []
-        with torch.enable_grad():
-            for _, f, jac in jacobian_chunks(layout, self.mean, x):
-                means.append(f)
-                variances.append(_output_variance(self.scale, jac.detach()))
-        return torch.cat(means), torch.cat(variances)
-
-    def _state(self):
-        _, tensors = super()._state()
-        scale = self.scale.layers if isinstance(self.scale, KronRoot) else self.scale
-        return {"predictive": self.predictive}, {**tensors, "mean": self.mean, "scale": scale}
-
-    @classmethod
-    def _from_state(cls, bnn, meta, tensors, info):
-        scale = KronRoot(tensors["scale"]) if isinstance(tensors["scale"], list) else tensors["scale"]
-        return cls(bnn, tensors["draws"], tensors["mean"], scale, meta["predictive"], tensors["sample_stats"], info)
-
-
 def _structure(config: LaplaceConfig, layout: WeightLayout) -> str:
     """The GGN structure of ``config.hessian`` (``"auto"`` resolved; see :class:`LaplaceConfig`)."""
     if config.hessian != "auto":
@@ -312,34 +181,45 @@ class LaplaceBackend(Backend):
     Config = LaplaceConfig
 
     def run(self, bnn, x, y, config, seed, progress):
+        with evaluation_mode(bnn.net):  # the network's modes are given back after the fit
+            return self._run(bnn, x, y, config, seed, progress)
+
+    def _run(self, bnn, x, y, config, seed, progress):
         started = time.perf_counter()
-        pyro.set_rng_seed(seed)
         layout = WeightLayout(bnn)
         if layout.dim == 0:
             raise ValueError("the laplace backend needs random weights; choose stochastic='all', 'last' or a pattern")
-        if bnn.batched_draws is False:  # the curvature vmaps over the network's weights
+        if bnn.batched_draws is False:  # the GLM predictive vmaps over the network's weights
             raise ValueError(f"the laplace backend needs a network that torch.func.vmap can batch over weight draws; "
                              f"this one cannot ({bnn.batching_error}); use svi, map, ensemble or sgld, or make the "
                              f"layer without a batching rule deterministic")
+        predictive = config.resolved_predictive(bnn.likelihood)
         mu0, p0, normal = prior_moments(bnn, layout)
         if config.prior_precision == "model" and not normal:
             raise ValueError(f"prior_precision='model' needs a Normal prior on the weights, got {bnn.prior!r}; "
                              f"use prior_precision='marglik' (an isotropic Gaussian prior tuned by the evidence)")
+        if not isinstance(config.prior_precision, str):  # an isotropic prior of the given precision
+            p0 = torch.ones_like(p0)
         structure = _structure(config, layout)
         if structure == "kfac":  # unsupported sites or layer priors: clear errors before the MAP fit
             KronRoot.check_prior(layout, p0)
+        path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x)  # refuses before the fit
         potential = Potential(bnn, x, y)
         z, record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
         with frozen_deterministic(bnn):
             values, _ = potential.unpack(z.unsqueeze(0))
-            w = layout.flatten({k: v[0] for k, v in values.items()})
-            latents = {k: values[k][0] for k in bnn.latent_priors()}
+            values = {k: v[0] for k, v in values.items()}
+            if (config.init == "current" or config.map_steps == 0) and bnn.latent_priors():  # weights as given
+                values.update(_latents_at_map(bnn, values, x, y))
+                record["latents"] = "map given the weights"
+            w = layout.flatten(values)
+            latents = {k: values[k] for k in bnn.latent_priors()}
             if structure == "kfac":
                 g = kfac(layout, w, latents, x)
             else:
-                g = ggn(layout, w, latents, x, structure)
+                g = ggn(layout, w, latents, x, structure, path)
             with torch.no_grad():
-                log_lik = float(bnn.log_likelihood(values, x, y).sum())
+                log_lik = float(bnn.log_likelihood({k: v.unsqueeze(0) for k, v in values.items()}, x, y).sum())
         mu0, p0 = mu0.to(w.device), p0.to(w.device)
         root = p0.rsqrt()
         if structure == "full":
@@ -350,7 +230,10 @@ class LaplaceBackend(Backend):
         else:
             eigenvalues = (g * p0.reciprocal()).clamp_min(0.0)
         sq_norm = float((p0 * (w.double() - mu0) ** 2).sum())
-        delta = 1.0 if config.prior_precision == "model" else mackay_precision(eigenvalues, sq_norm)
+        if config.prior_precision == "marglik":
+            delta = mackay_precision(eigenvalues, sq_norm)
+        else:
+            delta = 1.0 if config.prior_precision == "model" else float(config.prior_precision)
         inv_sd = (eigenvalues + delta).rsqrt()
         if structure == "kfac":
             scale = KronRoot.with_sds(kron_layers, inv_sd).to(w.dtype)
@@ -358,13 +241,24 @@ class LaplaceBackend(Backend):
             scale = (root[:, None] * vectors * inv_sd[None, :] if structure == "full" else root * inv_sd).to(w.dtype)
         generator = torch.Generator(device=w.device).manual_seed(seed)
         eps = torch.randn(config.num_samples, layout.dim, generator=generator, dtype=w.dtype, device=w.device)
-        weights = w + _sample_offsets(scale, eps)
+        weights = w + sample_offsets(scale, eps)
         draws = {k: v.unsqueeze(0) for k, v in layout.unflatten(weights).items()}
         draws.update({k: v.expand(1, config.num_samples, *v.shape).clone() for k, v in latents.items()})
         info = {
             "backend": self.name, "config": asdict(config), "seed": seed, "num_data": x.shape[0],
-            "num_random": layout.dim, "hessian_structure": structure, "prior_precision_scale": delta,
-            "effective_dim": effective_dim(eigenvalues, delta), "log_evidence": log_evidence(log_lik, eigenvalues, sq_norm, delta),
+            "num_random": layout.dim, "hessian_structure": structure, "jacobian_path": path, "predictive": predictive,
+            "prior_precision_scale": delta, "effective_dim": effective_dim(eigenvalues, delta),
+            "log_evidence": log_evidence(log_lik, eigenvalues, sq_norm, delta),
             "map_log_likelihood": log_lik, **record, "fit_seconds": time.perf_counter() - started,
         }  # fmt: skip
-        return LaplacePosterior(bnn, draws, w.detach(), scale, config.predictive, info=info)
+        return LaplacePosterior(bnn, draws, w.detach(), scale, predictive, info=info)
+
+
+def _latents_at_map(bnn, values: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
+    (:func:`inference.latent_fit.fit_latents` on the network's eval-mode outputs over ``x``), started
+    from the values there."""
+    weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
+    with torch.no_grad():
+        f = bnn.forward_single(weights, x)
+    return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()})
