@@ -125,8 +125,12 @@ def default_epochs(num_data: int, batch_size: Optional[int]) -> int:
 
 def make_run_likelihood(spec: RunSpec, task: Optional[str] = None) -> Likelihood:
     """The spec's likelihood (:func:`zoo.likelihoods.likelihood_from_spec`; ``ValueError`` for a bad
-    name, option or value, or one that does not fit the data's ``task`` when it is given)."""
-    return likelihood_from_spec(spec.likelihood, task, spec.noise, spec.likelihood_options)
+    name, option or value, or one that does not fit the data's ``task`` when it is given).  Without a
+    name, regression data get the backend's ``regression_likelihood`` where it declares one."""
+    name = spec.likelihood
+    if name is None and task == "regression":  # a backend may name its own (deep-ensemble: mean-variance members)
+        name = getattr(BACKENDS.get(spec.backend), "regression_likelihood", None)
+    return likelihood_from_spec(name, task, spec.noise, spec.likelihood_options)
 
 
 def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
@@ -190,7 +194,7 @@ def _backend_options(spec: RunSpec, data: Dataset) -> dict:
         options[name] = value
     config = parse_config(engine, options)  # names and types checked, values typed (e.g. 1e3 -> 1000)
     options = {name: getattr(config, name) for name in options}
-    if "epochs" in fields and "epochs" not in options:
+    if "epochs" in fields and "epochs" not in options and not getattr(config, "own_budget", False):  # a paper's budget
         batch = options.get("batch_size", _field_default(engine.Config, "batch_size"))
         options["epochs"] = default_epochs(data.n_train, batch)
     if "pretrain_epochs" in fields and "pretrain_epochs" not in options and spec.stochastic != "none":

@@ -47,6 +47,7 @@ BACKENDS["multiswag"] = MultiSWAGBackend()
 BACKENDS["map"] = MAPBackend()
 BACKENDS["ensemble"] = EnsembleBackend()
 BACKENDS["mc-dropout"] = MCDropoutBackend()
+BACKENDS["deep-ensemble"] = __import__(f"{__name__}.deep_ensemble", fromlist=["_"]).DeepEnsembleBackend()
 
 
 def register_backend(backend: Backend) -> None:

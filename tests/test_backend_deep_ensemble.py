@@ -1,0 +1,135 @@
+"""The ``deep-ensemble`` backend (Lakshminarayanan et al. 2017): mean-variance members, FGSM, uniform mixture."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from inference.backends import fit
+from inference.backends.deep_ensemble import DeepEnsembleConfig, fgsm_epsilon, fgsm_inputs
+from lab.runs import RunSpec, _backend_options, make_run_likelihood
+from zoo.architectures import build_architecture
+from zoo.bnn import BayesianNetwork
+from zoo.data import load_dataset
+from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood, HeteroscedasticGaussianLikelihood
+
+OPTIONS = dict(epochs=4, batch_size=16, num_members=3, progress=False)
+
+
+def _data(n=48):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 3, generator=g) * torch.tensor([1.0, 5.0, 0.2])
+    return x, x[:, :1] * x[:, 2:3] + 0.1 * torch.randn(n, 1, generator=g)
+
+
+def _bnn(stochastic="all", likelihood=None, outputs=2):
+    torch.manual_seed(0)
+    net = build_architecture("mlp", 3, outputs, hidden=[8])
+    likelihood = likelihood or HeteroscedasticGaussianLikelihood()
+    return BayesianNetwork(net, stochastic=stochastic, likelihood=likelihood, example_input=torch.zeros(2, 3),
+                           target_loc=torch.tensor([1.0]), target_scale=torch.tensor([2.0]))
+
+
+def test_prediction_is_the_uniform_mixture_of_the_members():
+    x, y = _data()
+    bnn = _bnn()
+    posterior = fit(bnn, x, y, backend="deep-ensemble", seed=0, **OPTIONS)
+    assert posterior.num_chains == 3 and posterior.default_num_samples == 3
+    y_test = torch.randn(10, 1) * 2 + 1
+    prediction = posterior.predict(x[:10], y=y_test, seed=0)
+    with torch.no_grad():  # each member's Gaussian, in original units
+        outs = torch.stack([bnn.forward_single({n: v[m, 0] for n, v in posterior.draws.items()}, x[:10])
+                            for m in range(3)])
+    mu, sd = outs[..., :1] * 2 + 1, (0.5 * outs[..., 1:]).exp() * 2
+    assert not torch.allclose(mu[0], mu[1])  # the members differ
+    mean = mu.mean(0)
+    assert torch.allclose(prediction.mean, mean, atol=1e-5)
+    assert torch.allclose(prediction.sd ** 2, (sd ** 2 + mu ** 2).mean(0) - mean ** 2, rtol=1e-4, atol=1e-6)
+    density = torch.distributions.Normal(mu, sd).log_prob(y_test).sum(-1)  # [M, N]
+    expected = torch.logsumexp(density, 0) - math.log(3)
+    assert torch.allclose(prediction.log_predictive_density(), expected, atol=1e-5)
+
+
+def test_fgsm_moves_every_input_by_its_epsilon_against_the_loss():
+    x, y = _data()
+    epsilon = fgsm_epsilon(x, 0.01)
+    assert torch.allclose(epsilon, 0.01 * (x.max(0).values - x.min(0).values))
+    gradient = torch.randn(5, 3)
+    moved = fgsm_inputs(x[:5], gradient, epsilon)
+    assert torch.allclose((moved - x[:5]).abs(), epsilon.expand(5, 3))
+    assert torch.equal(torch.sign(moved - x[:5]), torch.sign(gradient))
+    posterior = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, **OPTIONS)
+    assert posterior.info["epsilon"] == pytest.approx(epsilon.tolist())
+    plain = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, adversarial=False, **OPTIONS)
+    assert plain.info["epsilon"] is None
+    assert not torch.allclose(plain.draws["out.weight"], posterior.draws["out.weight"])
+
+
+def test_vectorised_members_equal_one_forward_per_member():
+    x, y = _data()
+    vectorised = fit(_bnn(), x, y, backend="deep-ensemble", seed=3, **OPTIONS)
+    looped = fit(_bnn(), x, y, backend="deep-ensemble", seed=3, vectorise=False, **OPTIONS)
+    assert vectorised.info["vectorised"] and not looped.info["vectorised"]
+    for name, draws in vectorised.draws.items():
+        assert torch.allclose(draws, looped.draws[name], atol=1e-5), name
+    assert vectorised.info["member_seeds"] == [3, 4, 5] and len(vectorised.info["member_histories"]) == 3
+
+
+def test_member_zero_starts_from_the_network_and_the_global_rng_is_untouched():
+    x, y = _data()
+    bnn = _bnn()
+    state = torch.get_rng_state()
+    one = fit(bnn, x, y, backend="deep-ensemble", seed=0, **{**OPTIONS, "num_members": 1, "epochs": 1})
+    assert torch.equal(torch.get_rng_state(), state)
+    assert one.num_chains == 1 and one.info["history"]["loss"] == one.info["member_histories"][0]
+
+
+def test_classification_and_shared_deterministic_layers():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 3, generator=g)
+    labels = (x[:, 0] > 0).long()
+    posterior = fit(_bnn(likelihood=CategoricalLikelihood()), x, labels, backend="deep-ensemble", seed=0, **OPTIONS)
+    probs = posterior.predict(x, y=labels).mean
+    assert probs.shape == (40, 2) and float((probs.argmax(-1) == labels).float().mean()) > 0.7
+    x, y = _data()
+    bnn = _bnn(stochastic="last")
+    before = bnn.net.fc1.weight.detach().clone()
+    last = fit(bnn, x, y, backend="deep-ensemble", seed=0, **OPTIONS)
+    assert not torch.equal(bnn.net.fc1.weight, before)  # member 0 trained the shared body
+    assert last.draws["out.weight"].shape[:2] == (3, 1) and bnn.net.fc1.weight.requires_grad
+
+
+def test_the_run_layer_gives_mean_variance_members_and_the_paper_budget():
+    spec = RunSpec(data="uci:yacht", backend="deep-ensemble")
+    assert isinstance(make_run_likelihood(spec, "regression"), HeteroscedasticGaussianLikelihood)
+    assert isinstance(make_run_likelihood(spec, "classification"), CategoricalLikelihood)
+    assert isinstance(make_run_likelihood(RunSpec(data="uci:yacht", backend="ensemble"), "regression"),
+                      GaussianLikelihood)
+    options = _backend_options(spec, load_dataset("uci:yacht", split=0))
+    assert "epochs" not in options and DeepEnsembleConfig().epochs == 40 and DeepEnsembleConfig().batch_size == 100
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"num_members": 0}, "num_members"),
+    ({"epochs": 0}, "epochs"),
+    ({"lr": -1.0}, "lr must be positive"),
+    ({"epsilon": -0.01}, "epsilon"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"adversarial": "yes"}, "adversarial"),
+    ({"lr_schedule": "cosine"}, "unknown option"),
+])
+def test_bad_options(options, message):
+    x, y = _data(8)
+    with pytest.raises(ValueError, match=message):
+        fit(_bnn(), x, y, backend="deep-ensemble", progress=False, **options)
+
+
+def test_bad_models_and_data():
+    x, y = _data(8)
+    with pytest.raises(ValueError, match="heteroscedastic.*'ensemble'"):
+        fit(_bnn(likelihood=GaussianLikelihood(learn_noise=True), outputs=1), x, y, backend="deep-ensemble",
+            progress=False)
+    with pytest.raises(ValueError, match="DataLoader"):
+        fit(_bnn(), DataLoader(TensorDataset(x, y), batch_size=4), backend="deep-ensemble", progress=False)
