@@ -1,9 +1,9 @@
 """The ``laplace`` backend: exactness on Bayesian linear regression, last-layer Laplace against a
 dense autograd Hessian, the GGN against independently built Jacobians, the evidence-tuned prior
-precision, save/load, the CLI and bad input.
+precision, the classification predictives, save/load, the CLI and bad input.
 
-laplace-torch is not used as the reference: it needs torchvision, which does not install beside
-this project's torch build; every reference here is a dense float64 autograd computation.
+Every reference here is a dense float64 autograd computation or a closed form; the comparison with
+laplace-torch is tests/test_laplace_peer.py (skipped where that optional peer is not installed).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from torch import nn
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
 from inference.backends.laplace import KronRoot, LaplacePosterior, log_evidence
+from inference.laplace_posterior import bridge_log_alpha
 from inference.curvature import WeightLayout, ggn, kfac
 from inference.metrics import evaluate
 from lab.cli import main
@@ -278,3 +279,82 @@ def test_no_random_weights_is_a_clear_error(conjugate_regression):
     bnn = BayesianNetwork(c.net(), "none", likelihood=GaussianLikelihood(learn_noise=True), output_dim=1)
     with pytest.raises(ValueError, match="needs random weights"):
         fit(bnn, c.x, c.y, backend="laplace", progress=False, map_steps=10)
+
+
+def _classifier_problem():
+    generator = torch.Generator().manual_seed(0)
+    y = torch.arange(3).repeat_interleave(16)
+    x = torch.tensor([[0.0, 1.5], [-1.3, -0.8], [1.3, -0.8]])[y] + 0.7 * torch.randn(48, 2, generator=generator)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 6), nn.Tanh(), nn.Linear(6, 3))
+    return BayesianNetwork(net, "all", NormalPrior(1.0), CategoricalLikelihood(), output_dim=3), x, y
+
+
+def test_probit_is_the_default_classification_predictive_and_is_closed_form():
+    bnn, x, y = _classifier_problem()
+    post = fit(bnn, x, y, backend="laplace", seed=0, progress=False, map_steps=300, num_samples=12)
+    assert post.predictive == "probit" and post.info["predictive"] == "probit"
+    x_test = torch.cat([x[::6], 4 * torch.randn(6, 2, generator=torch.Generator().manual_seed(1))])
+    mean, var = post.glm_moments(x_test)
+    expected = torch.softmax(mean / torch.sqrt(1 + math.pi / 8 * var), -1)  # MacKay 1992
+    prediction = post.predict(x_test, y=torch.zeros(len(x_test), dtype=torch.long), seed=0)
+    torch.testing.assert_close(prediction.mean, expected)
+    torch.testing.assert_close(prediction.log_predictive_density(), expected[:, 0].log())
+    assert bool((var > 0).all())
+    # a prior precision so large that Σ ≈ 0: the predictive is the MAP's softmax
+    tight = fit(bnn, x, y, backend="laplace", init="current", prior_precision=1e9, seed=0, progress=False,
+                num_samples=4)
+    torch.testing.assert_close(tight.predict(x_test).mean, torch.softmax(bnn.net(x_test), -1), atol=1e-5, rtol=0)
+
+
+def test_laplace_bridge_matches_its_formula_and_its_dirichlet_mean():
+    # Hobbhahn et al. 2022: condition on a zero logit sum, then α_k = (1 − 2/K + e^{μ_k}/K² Σ_l e^{−μ_l}) / σ_kk
+    generator = torch.Generator().manual_seed(0)
+    mean = torch.randn(5, 4, generator=generator, dtype=torch.float64)
+    root = torch.randn(5, 4, 4, generator=generator, dtype=torch.float64)
+    cov = root @ root.transpose(-1, -2) + 0.1 * torch.eye(4, dtype=torch.float64)
+    ones = torch.ones(4, 1, dtype=torch.float64)
+    for n in range(5):
+        s = cov[n] @ ones
+        mu = mean[n] - (s * (ones.T @ mean[n, :, None]) / (ones.T @ s)).squeeze(-1)
+        var = torch.diagonal(cov[n] - s @ s.T / (ones.T @ s))
+        alpha = (1 - 2 / 4 + mu.exp() / 16 * (-mu).exp().sum()) / var
+        torch.testing.assert_close(bridge_log_alpha(mean[n:n + 1], cov[n:n + 1])[0], alpha.log())
+    bnn, x, y = _classifier_problem()
+    post = fit(bnn, x, y, backend="laplace", predictive="bridge", seed=0, progress=False, map_steps=300,
+               num_samples=6)
+    mu, full = post.glm_moments(x[:5], joint=True)
+    torch.testing.assert_close(post.predict(x[:5]).mean, torch.softmax(bridge_log_alpha(mu, full), -1))
+
+
+def test_glm_monte_carlo_predictive_converges_to_the_gaussian_over_logits():
+    bnn, x, y = _classifier_problem()
+    post = fit(bnn, x, y, backend="laplace", predictive="glm", seed=0, progress=False, map_steps=300,
+               num_samples=4000, prior_precision=3.0)
+    mean, cov = post.glm_moments(x[:4], joint=True)
+    probs = post.predict(x[:4]).probs  # [S, N, K]: softmax of the linearised logits at the 4000 weight draws
+    reference = torch.softmax(mean + (torch.linalg.cholesky(cov) @ torch.randn(
+        4, 3, 200_000, generator=torch.Generator().manual_seed(0))).permute(2, 0, 1), -1).mean(0)
+    sd = probs.std(0) / math.sqrt(probs.shape[0])  # Monte Carlo error of the 4000-draw mean
+    assert bool(((probs.mean(0) - reference).abs() < 4 * sd + 1e-3).all())
+
+
+def test_kfac_prior_precision_maximises_the_evidence_for_a_classifier():
+    bnn, x, y = _classifier_problem()
+    kwargs = dict(backend="laplace", hessian="kfac", seed=0, progress=False, num_samples=2)
+    tuned = fit(bnn, x, y, map_steps=300, **kwargs)
+    delta = tuned.info["prior_precision_scale"]
+    best = tuned.info["log_evidence"]
+    layout = WeightLayout(bnn)
+    bnn.update_reference(layout.unflatten(tuned.mean))  # the network at the MAP: init="current" keeps it there
+    at_map = fit(bnn, x, y, init="current", prior_precision=delta, **kwargs)  # prior N(0, 1): P₀ = 1, same δ
+    assert at_map.info["log_evidence"] == pytest.approx(best, rel=1e-6)
+    for factor in (0.7, 1.4):
+        other = fit(bnn, x, y, init="current", prior_precision=delta * factor, **kwargs)
+        assert other.info["log_evidence"] < best
+
+
+def test_regression_refuses_the_classification_predictives(conjugate_regression):
+    c = conjugate_regression
+    with pytest.raises(ValueError, match="predictive='probit' is a classification predictive"):
+        fit(linear_bnn(c), c.x, c.y, backend="laplace", predictive="probit", progress=False)
