@@ -12,7 +12,7 @@ from zoo.data import BUNDLED_UCI, STANDARDISE_ON, DataError, load_dataset, load_
 
 @pytest.mark.parametrize("name", BUNDLED_UCI)
 def test_bundled_uci_shapes_and_train_only_standardisation(name):
-    folder = Path(__file__).resolve().parent.parent / "data" / "uci" / name
+    folder = Path(__file__).resolve().parent.parent / "zoo" / "data" / "bundled" / "uci" / name
     raw = np.loadtxt(folder / "data.txt")
     train_idx = np.loadtxt(folder / "index_train_2.txt", dtype=int)
     test_idx = np.loadtxt(folder / "index_test_2.txt", dtype=int)

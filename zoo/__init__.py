@@ -12,6 +12,8 @@
 
 The papers cited in docstrings are listed in full in ``docs/references.md``.
 """
+__version__ = "0.2.0"  # the one version: setup.cfg (attr: zoo.__version__) and the docs read it here
+
 from .bnn import BayesianNetwork
 from .heads import MeanHead
 from .likelihoods import (
@@ -32,6 +34,7 @@ from .priors import (
 from .stochastic import AllParameters, ElementMasks, LastLayer, ModuleNames, NoParameters, as_selector
 
 __all__ = [
+    "__version__",
     "BayesianNetwork",
     "GaussianLikelihood",
     "HeteroscedasticGaussianLikelihood",

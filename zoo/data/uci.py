@@ -1,6 +1,7 @@
 """UCI regression benchmarks in the 20-split layout of Hernández-Lobato & Adams 2015.
 
-The bundled copies (``<repo>/data/uci``, provenance and licence in ``data/README.md``) are the
+The bundled copies (package data ``zoo/data/bundled/uci``, provenance and licence in
+``zoo/data/bundled/README.md``, installed with the package) are the
 train/test layout of Gal & Ghahramani 2016, which reuses the 20 random splits (about 90/10) of
 Hernández-Lobato & Adams 2015. :func:`load_uci` reads one of those fixed splits;
 :func:`load_uci_full_random_split` draws one seeded random split of all rows instead (the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +23,9 @@ from zoo.data.files import read_numbers
 
 __all__ = ["BUNDLED_UCI", "STANDARDISE_ON", "UCI_DATA_DIR", "load_uci", "load_uci_full_random_split"]
 
-UCI_DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "uci"
-"""Folder of the bundled UCI datasets (``<repo>/data/uci``)."""
+UCI_DATA_DIR = Path(str(files("zoo.data").joinpath("bundled", "uci")))
+"""Folder of the bundled UCI datasets: package data of :mod:`zoo.data`, found through
+``importlib.resources`` the same way from a checkout, an editable install, a wheel or an sdist."""
 
 BUNDLED_UCI = ("bostonHousing", "concrete", "energy", "yacht", "wine-quality-red")
 """Names accepted by :func:`load_uci` without a path."""
@@ -151,7 +154,7 @@ def load_uci(name_or_path: str | os.PathLike, split: int = 0, targets=None) -> D
     """One of the 20 standard train/test splits of a UCI regression dataset.
 
     Args:
-        name_or_path: a name in :data:`BUNDLED_UCI` (read from ``<repo>/data/uci/<name>``) or a
+        name_or_path: a name in :data:`BUNDLED_UCI` (read from :data:`UCI_DATA_DIR`) or a
             folder in the same layout: ``data.txt`` (whitespace-separated numbers, [rows, columns]),
             ``index_features.txt``, ``index_target.txt`` (0-based column indices),
             ``index_train_<k>.txt`` / ``index_test_<k>.txt`` (0-based row indices), optional
