@@ -7,7 +7,11 @@ import torch.nn.functional as F
 
 from inference import load_posterior
 from inference.backends import fit
-from inference.backends.mc_dropout import DEFAULT_DROPOUT, dropout_layers
+from inference.backends import mc_dropout
+from inference.backends.mc_dropout import DEFAULT_DROPOUT, GAL2016_DROPOUT_GRID, MCDropoutConfig, dropout_layers
+from lab.runs import RunSpec, _backend_options
+from torch.utils.data import DataLoader, TensorDataset
+from zoo.data import load_dataset
 from zoo.architectures import build_architecture
 from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import GaussianLikelihood
@@ -21,10 +25,11 @@ def _data(n=48):
     return x, x[:, :1] * x[:, 1:2] + 0.1 * torch.randn(n, 1, generator=g)
 
 
-def _bnn(stochastic="all", dropout=0.0):
+def _bnn(stochastic="all", dropout=0.0, learn_noise=True, scale=1.0):
     torch.manual_seed(0)
     net = build_architecture("mlp", 3, 1, hidden=[16], dropout=dropout)
-    return BayesianNetwork(net, stochastic=stochastic, likelihood=GaussianLikelihood(learn_noise=True), output_dim=1)
+    return BayesianNetwork(net, stochastic=stochastic, likelihood=GaussianLikelihood(learn_noise=learn_noise),
+                           output_dim=1, target_loc=torch.tensor([0.5]), target_scale=torch.tensor([scale]))
 
 
 def test_draws_are_dropout_masks_of_the_fitted_weights():
@@ -61,7 +66,8 @@ def test_rate_defaults_and_the_architecture_option():
     assert fit(_bnn(), x, y, backend="mc-dropout", num_samples=2, **OPTIONS).info["dropout"] == DEFAULT_DROPOUT
     bnn = _bnn(dropout=0.2)
     posterior = fit(bnn, x, y, backend="mc-dropout", num_samples=2, **OPTIONS)
-    assert posterior.info["dropout"] == 0.2 and not bnn.net.training  # its own dropout layers are off
+    assert posterior.info["dropout"] == 0.2
+    assert torch.equal(posterior.predict(x, seed=1).f, posterior.predict(x, seed=1).f)  # its own dropout is off
     assert list(dropout_layers(_bnn("last"))) == ["out.weight"]
 
 
@@ -89,6 +95,18 @@ def test_mlp_dropout_option():
     ({"dropout": 1.0}, r"dropout rate must lie in \[0, 1\)"),
     ({"dropout": -0.5}, r"dropout rate must lie in \[0, 1\)"),
     ({"num_samples": 0}, "num_samples must be at least 1"),
+    ({"protocol": "gal2017"}, "unknown protocol 'gal2017'.*fixed, gal2016"),
+    ({"tau_grid": [0.1]}, "tau_grid is searched by protocol='gal2016' only"),
+    ({"protocol": "gal2016", "dropout": 0.1}, "drop dropout="),
+    ({"protocol": "gal2016", "lr": 0.1}, "option lr does not apply"),
+    ({"protocol": "gal2016", "batch_size": 32}, "option batch_size does not apply"),
+    ({"protocol": "gal2016", "dropout_grid": []}, "dropout_grid must be a non-empty list"),
+    ({"protocol": "gal2016", "dropout_grid": [0.1, 1.0]}, r"rates in \[0, 1\)"),
+    ({"protocol": "gal2016", "tau_grid": [0.5, -1.0]}, "tau_grid must be a non-empty list of positive"),
+    ({"protocol": "gal2016", "tau_grid": "0.5"}, "tau_grid"),
+    ({"protocol": "gal2016", "validation_fraction": 1.0}, r"validation_fraction must lie in \(0, 1\)"),
+    ({"protocol": "gal2016", "length_scale": 0.0}, "length_scale must be positive"),
+    ({"protocol": "gal2016", "epochs": 0}, "epochs must be at least 1"),
 ])
 def test_bad_options(options, message):
     x, y = _data(8)
@@ -100,3 +118,80 @@ def test_needs_a_linear_weight():
     x, y = _data(8)
     with pytest.raises(ValueError, match="none of the chosen sites"):
         fit(_bnn("fc1.bias"), x, y, backend="mc-dropout", progress=False)
+
+
+GAL = dict(protocol="gal2016", epochs=3, num_samples=30, progress=False)
+
+
+def test_gal2016_searches_the_grid_on_held_out_rows_then_refits(monkeypatch):
+    x, y = _data(40)
+    calls = []
+    train_cells = mc_dropout._train_cells
+
+    def spy(bnn, layers, xs, ys, cells, *args):
+        calls.append((xs.shape[0], list(cells)))
+        return train_cells(bnn, layers, xs, ys, cells, *args)
+
+    monkeypatch.setattr(mc_dropout, "_train_cells", spy)
+    posterior = fit(_bnn(scale=2.0), x, y, backend="mc-dropout", seed=0, dropout_grid=[0.01, 0.2],
+                    tau_grid=[0.5, 4.0], **GAL)
+    rows = posterior.info["validation"]
+    assert [(r["dropout"], r["tau"]) for r in rows] == [(0.01, 0.5), (0.01, 4.0), (0.2, 0.5), (0.2, 4.0)]
+    best = max(rows, key=lambda r: r["validation_ll"])
+    chosen = (posterior.info["dropout"], posterior.info["tau"])
+    assert chosen == (best["dropout"], best["tau"]) and posterior.info["num_validation"] == 8
+    assert calls == [(32, [(0.01, 0.5), (0.01, 4.0), (0.2, 0.5), (0.2, 4.0)]), (40, [chosen])]  # 80 %, then all
+    precision = posterior.draws["noise_precision"]  # τ (original units) in the model's units: τ · scale²
+    assert precision.shape == (1, 30, 1) and torch.allclose(precision, torch.tensor(chosen[1] * 4.0))
+    assert posterior.info["config"]["epochs"] == 3 and posterior.info["config"]["lr"] == 1e-3
+
+
+def test_gal2016_cells_follow_the_papers_objective():
+    x, y = _data(40)
+    bnn = _bnn()
+    layers = dropout_layers(bnn)
+    config = MCDropoutConfig(protocol="gal2016", epochs=800).resolved()  # one step per epoch (40 rows < 128)
+    cells = [(0.0, 1e-9), (0.0, 1e3)]  # λ = l²/(2Nτ): huge for a tiny τ, negligible for a large one
+    fitted = mc_dropout._train_cells(bnn, layers, x, y, cells, config, 0, False)
+    norms = fitted["fc1.weight"].flatten(1).norm(dim=1)
+    assert float(norms[0]) < 0.2 * float(norms[1])  # the weight decay shrinks the weights
+    with torch.no_grad():
+        errors = [float((bnn.forward_single({n: v[c] for n, v in fitted.items()}, x) - y).pow(2).mean()) for c in (0, 1)]
+    assert errors[1] < 0.5 * float(y.var()) and errors[1] < errors[0]  # the other cell fits the data
+    start = mc_dropout._glorot_start(bnn, layers, 0)
+    bound = (6 / (3 + 16)) ** 0.5
+    assert float(start["fc1.weight"].abs().max()) <= bound and float(start["fc1.weight"].abs().max()) > 0.5 * bound
+    assert torch.equal(start["fc1.bias"], torch.zeros(16))
+
+
+def test_gal2016_without_tau_grid_learns_the_noise_and_searches_the_rate(monkeypatch):
+    x, y = _data(40)
+    rates = []
+    fit_rate = mc_dropout._fit_rate
+
+    def spy(bnn, xs, ys, config, layers, rate, *args):
+        rates.append((xs.shape[0], rate))
+        return fit_rate(bnn, xs, ys, config, layers, rate, *args)
+
+    monkeypatch.setattr(mc_dropout, "_fit_rate", spy)
+    posterior = fit(_bnn(), x, y, backend="mc-dropout", seed=0, **GAL)
+    assert [r for _, r in rates[:-1]] == list(GAL2016_DROPOUT_GRID) and all(n == 32 for n, _ in rates[:-1])
+    assert rates[-1] == (40, posterior.info["dropout"]) and posterior.info["tau"] is None
+    assert len(posterior.info["validation"]) == len(GAL2016_DROPOUT_GRID)
+
+
+def test_gal2016_budget_and_bad_models():
+    assert MCDropoutConfig().resolved().epochs == 200 and MCDropoutConfig(protocol="gal2016").resolved().epochs == 4000
+    data = load_dataset("uci:yacht", split=0)
+    spec = RunSpec(data="uci:yacht", backend="mc-dropout", backend_options={"protocol": "gal2016"})
+    assert "epochs" not in _backend_options(spec, data)  # the protocol's 4000, not the run layer's default
+    assert "epochs" in _backend_options(RunSpec(data="uci:yacht", backend="mc-dropout"), data)
+    x, y = _data(10)
+    with pytest.raises(ValueError, match="learn_noise=True"):
+        fit(_bnn(learn_noise=False), x, y, backend="mc-dropout", tau_grid=[1.0], **GAL)
+    with pytest.raises(ValueError, match="stochastic='all'"):
+        fit(_bnn("last"), x, y, backend="mc-dropout", tau_grid=[1.0], **GAL)
+    with pytest.raises(ValueError, match="not a DataLoader"):
+        fit(_bnn(), DataLoader(TensorDataset(x, y), batch_size=4), backend="mc-dropout", **GAL)
+    with pytest.raises(ValueError, match="both need at least one row"):
+        fit(_bnn(), x[:1], y[:1], backend="mc-dropout", **GAL)
