@@ -140,10 +140,13 @@ class FileLines:
             if self.kind == "text":
                 return [number for number, line in enumerate(handle, 1) if line.split("#")[0].strip()]
             reader, lines, start = csv.reader(handle), [], 1
-            for record in reader:
-                if len(record) > 1 or (record and record[0].strip()):
-                    lines.append(start)
-                start = reader.line_num + 1
+            try:
+                for record in reader:
+                    if len(record) > 1 or (record and record[0].strip()):
+                        lines.append(start)
+                    start = reader.line_num + 1
+            except csv.Error:  # e.g. a field beyond the csv module's size limit: count rows instead
+                return []
             return lines[1:]  # without the header
 
     @cached_property

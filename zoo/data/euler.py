@@ -47,6 +47,11 @@ def _euler_folder(folder) -> Path:
     if folder is None:
         folder = os.environ.get(EULER_DIR_ENV) or DEFAULT_EULER_DIR
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise DataError(
+            f"Euler-angle folder {folder} is a file, not a folder; give the folder that holds "
+            "IPF_Final_<k>.csv (k = 1..20 without 6), as load_euler(folder=...) or 'euler:PATH'."
+        )
     if not folder.is_dir():
         raise DataError(
             f"Euler-angle folder {folder} does not exist. The data (IPF_Final_<k>.csv, k = 1..20 "

@@ -8,6 +8,7 @@ Each reader checks what it reads before any split or standardisation and raises
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ class CsvTable:
                 column, rows = min(bad.items(), key=lambda item: item[1][0])
                 raise DataError(
                     f"{self.source} line {self.lines([rows[0]])[0]} column {column!r} holds "
-                    f"{str(frame[column].iloc[rows[0]])!r}, not a number ({self.lines.note}); non-numeric "
+                    f"{_quoted(str(frame[column].iloc[rows[0]]))}, not a number ({self.lines.note}); non-numeric "
                     f"cells are in column(s) {listing(bad)}: fix those cells, or encode or drop the columns."
                 )
             frame = frame.assign(**coerced)
@@ -63,11 +64,44 @@ class CsvTable:
 def _first_wide_line(path: Path, n_names: int) -> int | None:
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
         reader, start = csv.reader(handle), 1
-        for record in reader:
-            if len(record) > n_names:
-                return start
-            start = reader.line_num + 1
+        try:
+            for record in reader:
+                if len(record) > n_names:
+                    return start
+                start = reader.line_num + 1
+        except csv.Error:  # e.g. a field beyond the csv module's size limit
+            return None
     return None
+
+
+#: bytes of a data file looked at for binary content, and the longest cell text quoted in a message
+_SNIFF_BYTES = 1 << 16
+_QUOTED_CHARS = 60
+#: bytes that no text file holds (control characters other than tab, line feed, form feed, carriage return)
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
+
+
+def _check_text(path: Path, source: str, content: str) -> None:
+    """:class:`DataError` for a file that is not text (a control byte, or not UTF-8, in its first 64 KiB)."""
+    with open(path, "rb") as handle:
+        head = handle.read(_SNIFF_BYTES)
+    control = _CONTROL.search(head)
+    if control:
+        raise DataError(f"{source} is not a text file (control byte {control.group()[0]:#04x} at offset "
+                        f"{control.start()}: binary data); it should hold {content}.")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 4:  # not a character cut at the end of the sniffed block
+            raise DataError(f"{source} is not UTF-8 text (byte {head[err.start]:#04x} at offset {err.start}); it "
+                            f"should hold {content}, saved as UTF-8.") from None
+
+
+def _quoted(text: str) -> str:
+    """``text`` quoted for a message, shortened when long (a cell may hold millions of characters)."""
+    if len(text) <= _QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:_QUOTED_CHARS]!r}... ({len(text)} characters)"
 
 
 def read_csv_table(path, what: str = "CSV file") -> CsvTable:
@@ -80,6 +114,7 @@ def read_csv_table(path, what: str = "CSV file") -> CsvTable:
     """
     path = check_file(path, what, _CSV_CONTENT)
     source = f"{what} {path}"
+    _check_text(path, source, _CSV_CONTENT)
     try:
         header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
         frame = pd.read_csv(path)
@@ -135,6 +170,7 @@ def read_numbers(path, what: str, content: str, ndmin: int = 1) -> tuple[np.ndar
     naming the line.
     """
     path = check_file(path, what, content)
+    _check_text(path, f"{what} {path}", content)
     with open(path, encoding="utf-8", errors="replace") as handle:
         if not any(line.split("#")[0].strip() for line in handle):
             raise DataError(f"{what} {path} holds no numbers; it should hold {content}.")
