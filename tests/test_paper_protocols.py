@@ -1,0 +1,38 @@
+"""The ``paper-protocols`` grid: each method under its own paper's protocol, beside the published numbers."""
+from __future__ import annotations
+
+from lab.grids import EXPERIMENTS, PAPER_PUBLISHED
+from lab.runs import validate_spec
+from zoo.data import load_uci
+
+
+def test_the_grid_runs_each_paper_protocol():
+    experiment = EXPERIMENTS["paper-protocols"]
+    runs = experiment.build(True, None)
+    uci = [r for r in runs if r.labels["dataset"] != "digits"]
+    assert {r.labels["method"] for r in uci} == {"deep ensembles", "mc-dropout (gal2016)"}
+    assert len(uci) == 5 * 3 * 2 and len({r.key for r in runs}) == len(runs)
+    for run in runs:
+        validate_spec(run.spec)
+    yacht = {r.labels["method"]: r.spec for r in uci if r.labels["dataset"] == "yacht" and r.labels["split"] == 0}
+    ensemble, dropout = yacht["deep ensembles"], yacht["mc-dropout (gal2016)"]
+    assert ensemble.backend == "deep-ensemble" and ensemble.likelihood == "heteroscedastic"
+    assert ensemble.epochs is None and ensemble.backend_options == {}  # the backend's defaults are the paper's
+    info = load_uci("yacht").info
+    assert dropout.backend_options == {"protocol": "gal2016", "dropout_grid": info["dropout_rates"],
+                                       "tau_grid": info["tau_values"]}
+    assert dropout.num_samples == 10000 and dropout.hidden == [50]
+    digits = {r.labels["method"] for r in runs if r.labels["dataset"] == "digits"}
+    assert {"map", "deep ensembles", "mc-dropout (gal2016)"} <= digits
+
+
+def test_published_columns_and_the_verdict():
+    published = EXPERIMENTS["paper-protocols"].published
+    assert set(PAPER_PUBLISHED["deep ensembles"]) == set(PAPER_PUBLISHED["mc-dropout (gal2016)"])
+    row = {"method": "mc-dropout (gal2016)", "dataset": "yacht"}
+    assert published({**row, "test_ll_mean": -1.60})["reproduces (LL ≥ published − ±)"] == "yes"  # within ±
+    assert published({**row, "test_ll_mean": -1.20})["reproduces (LL ≥ published − ±)"] == "yes"  # better
+    cells = published({**row, "test_ll_mean": -1.77})
+    assert cells["reproduces (LL ≥ published − ±)"] == "no (-0.10 below)"
+    assert cells["published LL"] == "-1.55 ± 0.12" and cells["published RMSE"] == "1.11 ± 0.38"
+    assert set(published({"method": "map", "dataset": "digits"}).values()) == {"–"}
