@@ -1,4 +1,9 @@
-"""The ``ensemble`` backend: deep ensembles (Lakshminarayanan, Pritzel & Blundell 2017).
+"""The ``ensemble`` backend: ensembles of MAP fits (after Lakshminarayanan, Pritzel & Blundell 2017).
+
+The paper's own protocol — mean-variance members, adversarial training, its training budget — is
+the ``deep-ensemble`` backend (:mod:`inference.backends.deep_ensemble`); this one fits the model as
+given (any likelihood, the prior as weight decay, the noise learned per member) with the MAP
+optimiser's options.
 
 ``num_members`` K independently initialised MAP fits (:func:`inference.backends.map.fit_map`,
 the prior as weight decay and the noise precision learned per member), each with its own
@@ -24,12 +29,11 @@ worker processes).
 member 0's).  ``workers`` > 1 fits the members in that many local worker processes (one
 torch thread each; they die with the parent process); ``executor="ray"`` fits them as Ray
 tasks instead (:func:`inference.workers.run_calls`: on the Ray instance this process is
-connected to, or a local one with ``workers`` CPUs).  The Gaussian mean-variance head of
-Lakshminarayanan et al. 2017 is the heteroscedastic likelihood
-(:class:`zoo.likelihoods.HeteroscedasticGaussianLikelihood`; ``beta=0`` is their negative
-log-likelihood, the default ``beta=0.5`` the β-NLL of Seitzer et al. 2022), which each member
-fits through :meth:`~zoo.likelihoods.Likelihood.training_log_prob`; with a Gaussian likelihood
-the noise is homoscedastic, learned per member.
+connected to, or a local one with ``workers`` CPUs).  With the heteroscedastic likelihood
+(:class:`zoo.likelihoods.HeteroscedasticGaussianLikelihood`) each member fits its
+:meth:`~zoo.likelihoods.Likelihood.training_log_prob` (``beta=0``: the negative log-likelihood, the
+default ``beta=0.5`` the β-NLL of Seitzer et al. 2022); with a Gaussian likelihood the noise is
+homoscedastic, learned per member.
 """
 from __future__ import annotations
 
