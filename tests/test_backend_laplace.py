@@ -308,7 +308,8 @@ def test_probit_is_the_default_classification_predictive_and_is_closed_form():
 
 
 def test_laplace_bridge_matches_its_formula_and_its_dirichlet_mean():
-    # Hobbhahn et al. 2022: condition on a zero logit sum, then α_k = (1 − 2/K + e^{μ_k}/K² Σ_l e^{−μ_l}) / σ_kk
+    # Hobbhahn et al. 2022: condition on a zero logit sum, then
+    # α_k = (1 − 2/K + e^{μ_k}/K² Σ_l e^{−μ_l}) / σ_kk
     generator = torch.Generator().manual_seed(0)
     mean = torch.randn(5, 4, generator=generator, dtype=torch.float64)
     root = torch.randn(5, 4, 4, generator=generator, dtype=torch.float64)
