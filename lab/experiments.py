@@ -31,6 +31,7 @@ import json
 import re
 import time
 from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -42,6 +43,7 @@ from zoo.data import load_dataset
 
 from .grid_runs import EXTRAS, Experiment, Run, load_run_data
 from .grids import EXPERIMENTS
+from .run_batches import RunBatch, group_runs, run_batch
 from .runs import RUN_FILES, RunSpec, execute, write_run
 from .store import RunLock, StoreError, check_folder, verify_run
 from .tables import make_figures, summarise, summary_markdown, timing_line
@@ -162,13 +164,17 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar, deadline: Opti
             break
         handle, error = wait_one(list(running))
         run = running.pop(handle)
-        if error is None:
-            finished.add(run.key)
-        else:
-            failures[run.key] = error
-            bar.write(f"run {run.key} failed: {error}")
-        bar.update()
-    return failures, queue
+        outcomes = {run.key: error}
+        if isinstance(run, RunBatch):  # a batch's future returns each run's outcome
+            outcomes = handle.result() if error is None else {r.key: error for r in run.runs}
+        for key, error in outcomes.items():
+            if error is None:
+                finished.add(key)
+            else:
+                failures[key] = error
+                bar.write(f"run {key} failed: {error}")
+            bar.update()
+    return failures, [r for item in queue for r in (item.runs if isinstance(item, RunBatch) else [item])]
 
 
 class _Workers:
@@ -190,9 +196,14 @@ class _Workers:
 def _run_local(runs, by_key, finished, root, workers, bar, deadline=None):
     pool = _Inline() if workers == 0 else _Workers(workers)
     threads = None if workers == 0 else 1
+
+    def submit(run, prerequisite):
+        if isinstance(run, RunBatch):  # fitted as one stacked program (lab.run_batches)
+            return pool.submit(run_batch, run, Path(root), partial(run_one, root=root, threads=threads), threads)
+        return pool.submit(run_one, run, root, prerequisite, threads)
+
     try:
-        outcome = _schedule(runs, by_key, finished, lambda r, p: pool.submit(run_one, r, root, p, threads),
-                            _wait_futures, bar, deadline, max(int(workers), 1))
+        outcome = _schedule(runs, by_key, finished, submit, _wait_futures, bar, deadline, max(int(workers), 1))
     except BaseException:
         if workers:
             stop_workers(pool.pool)
@@ -252,13 +263,15 @@ def _select(runs, only: Optional[str]) -> list:
 
 def run_experiment(name: str, out, fast: bool = False, executor: str = "local", workers: int = 2,
                    data_root=None, ray_address: Optional[str] = None, progress: bool = True,
-                   only: Optional[str] = None, time_limit: Optional[float] = None, runs_dir=None) -> dict:
+                   only: Optional[str] = None, time_limit: Optional[float] = None, runs_dir=None,
+                   batch_fits: int = 10) -> dict:
     """Run grid ``name`` into ``out`` (skipping finished runs) and write its tables and figures.
 
     ``only``: a regular expression on run keys: only the matching runs and their prerequisites are
     fitted, and the tables hold every finished run of the grid;
     ``time_limit``: seconds after which no run is started; ``runs_dir``: the folder of run
-    directories (default ``out/runs``).  Returns ``{"results": DataFrame, "summary": DataFrame,
+    directories (default ``out/runs``); ``batch_fits``: at most this many runs that differ only in split or
+    seed are fitted as one stacked program (:mod:`lab.run_batches`; local executor; 1: every run alone).  Returns ``{"results": DataFrame, "summary": DataFrame,
     "failures": {key: error}, "skipped": n, "not_started": n, "files": [paths], "wall_seconds": s}``;
     ``summary.md`` ends with the wall time of this invocation and the summed run times of all
     runs in the table.
@@ -269,6 +282,8 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     experiment = get_experiment(name)
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+    if int(batch_fits) < 1:
+        raise ValueError(f"--batch-fits must be at least 1 (1: every run fitted alone), got {batch_fits}")
     if int(workers) < 0:
         raise ValueError(f"--workers must be 0 (run in this process) or more, got {workers}")
     if data_root is not None and not Path(data_root).is_dir():
@@ -292,7 +307,8 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
         bar = tqdm(total=len(runs), initial=len(finished), desc=name, unit="run", disable=not progress)
         with bar:
             if executor == "local":
-                failures, left = _run_local(todo, by_key, finished, root, int(workers), bar, deadline)
+                failures, left = _run_local(group_runs(todo, int(batch_fits)), by_key, finished, root, int(workers),
+                                            bar, deadline)
             else:
                 failures, left = _run_ray(todo, by_key, finished, root, int(workers), bar, ray_address, deadline)
         timing = {"wall_seconds": time.perf_counter() - started, "workers": int(workers), "executor": executor,
@@ -376,6 +392,9 @@ def add_experiment_arguments(parser) -> None:
                         help="start no run after this many seconds; the tables show what finished")
     parser.add_argument("--runs", metavar="DIR", help="folder of the run directories (default OUT/runs); grids "
                         "holding the same runs (uci-benchmark, bdl-baselines) share them through one DIR")
+    parser.add_argument("--batch-fits", type=int, default=10, metavar="K",
+                        help="fit up to K runs that differ only in split or seed (map, svi) as one vectorised program "
+                             "(default 10; 1: every run alone; local executor)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -385,7 +404,8 @@ def run_experiment_command(args) -> int:
     started = time.perf_counter()
     report = run_experiment(args.name, out, fast=args.fast, executor=args.executor, workers=args.workers,
                             data_root=args.data_root, ray_address=args.ray_address, progress=not args.quiet,
-                            only=args.only, time_limit=args.time_limit, runs_dir=args.runs)
+                            only=args.only, time_limit=args.time_limit, runs_dir=args.runs,
+                            batch_fits=args.batch_fits)
     if (out / "summary.md").is_file():
         print((out / "summary.md").read_text())
     print(f"{len(report['results'])} finished runs in the tables; this invocation: {report['skipped']} found done, "

@@ -309,14 +309,16 @@ def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
 
 
 def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: bool = True,
-            data: Optional[Dataset] = None, device: Optional[str] = None) -> RunResult:
+            data: Optional[Dataset] = None, device: Optional[str] = None, fitted=None) -> RunResult:
     """Fit, evaluate and export one run; with ``out_dir`` also write its run folder.
 
     The output path, the spec and every backend option (names and types) are validated before
     the data are loaded or anything is fitted.  ``out_dir`` holding a run raises
     :class:`lab.store.StoreError` unless ``overwrite`` (then it is replaced whole, atomically).
     Raises :class:`RunFailed` for an unusable posterior.  ``device`` (``"cpu"``, ``"cuda"``,
-    ``"mps"``; checked first) is where the model is fitted and the data set is moved.
+    ``"mps"``; checked first) is where the model is fitted and the data set is moved.  ``fitted``: the
+    spec's posterior already fitted on ``data`` (by the stacked engine, :func:`inference.multifit.fit_many`,
+    with :func:`build_model` and the resolved options), evaluated and written instead of fitting here.
     """
     if out_dir is not None:
         check_destination(out_dir, overwrite)
@@ -324,16 +326,15 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     device = None if device is None else resolve_device(device)
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
-    options = _backend_options(spec, data)
-    parse_config(get_backend(spec.backend), options)  # every option checked before any fitting
-    bnn = build_model(spec, data)  # on the CPU data: fit() moves it
+    options = _backend_options(spec, data)  # every option checked (and typed) before any fitting
+    bnn = build_model(spec, data) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
                                             if isinstance(getattr(data, f.name), torch.Tensor)})
     started = time.perf_counter()
-    posterior = fit(bnn, data.x_train, data.y_train, backend=spec.backend, seed=spec.seed, progress=progress,
-                    device=device, **options)
-    fit_seconds = time.perf_counter() - started
+    posterior = fitted if fitted is not None else fit(bnn, data.x_train, data.y_train, backend=spec.backend,
+                                                      seed=spec.seed, progress=progress, device=device, **options)
+    fit_seconds = time.perf_counter() - started if fitted is None else fitted.info["fit_seconds"]
     _check_draws(posterior)
     prune_report = None
     if spec.prune != "none":

@@ -1,0 +1,151 @@
+"""The stacked training loop of the multi-fit engine: K fits' parameters ``[K, ...]``, one optimiser.
+
+K fits that share an architecture, a backend and its options, but each with its own data, seed
+and minibatch order, train as one program: every parameter of fit k is row k of a stacked tensor,
+the network runs once per step for all fits (``torch.func.vmap`` over the stacked weights and the
+fits' own minibatches, the mechanism of the deep-ensemble backend,
+:class:`inference.backends.deep_ensemble._Members`), and one Adam steps every stacked tensor.
+
+Why each fit gets the update it would get alone:
+
+* the loss is the sum Σ_k L_k of the fits' own losses, and L_k depends on row k only, so
+  ∂(Σ L)/∂θ_k = ∂L_k/∂θ_k;
+* Adam is element-wise and the learning-rate schedule the same for every fit (same options,
+  same data size N, hence the same number of steps), so row k's update is fit k's update;
+* gradient-norm clipping (``clipped-adam``) and the NaN/inf checks are per fit: a fit whose loss
+  or gradient becomes non-finite is stopped at that step (its last finite parameters are kept,
+  as :class:`~inference.training.NonFiniteLossError` promises) while the others go on;
+* each fit's minibatch order comes from its own generator seeded with its seed, drawn exactly as
+  :func:`inference.batches.minibatches` draws it, so the batches are the one-at-a-time fit's.
+
+What differs from K one-at-a-time fits is float rounding only (a batched matrix product sums in
+another order than K single ones), which the tests bound.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from ..backends.deep_ensemble import _Members
+from ..training import HISTORY_KEYS, kl_weight, lr_scheduler
+
+__all__ = ["StackedBatches", "stacked_forward", "run_stacked_loop", "per_fit_norms"]
+
+
+class StackedBatches:
+    """Minibatches of K fits' data ``x [K, N, ...]``, ``y [K, N, ...]``, each fit its own order.
+
+    Fit k's epoch order is ``torch.randperm(N, generator=generators[k])``, the order that
+    :func:`inference.batches.minibatches` draws for a one-at-a-time fit with the same generator
+    (full batch, ``batch_size=None`` or ≥ N: no draw, rows in order).
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: Optional[int], generators: list):
+        self.x, self.y, self.generators = x, y, generators
+        self.num_fits, self.num_data = x.shape[0], x.shape[1]
+        self.batch_size = None if batch_size is None or batch_size >= self.num_data else int(batch_size)
+        self.steps_per_epoch = math.ceil(self.num_data / (self.batch_size or self.num_data))
+        self._rows = torch.arange(self.num_fits, device=x.device).unsqueeze(1)
+
+    def orders(self) -> torch.Tensor:
+        """``[K, N]`` row orders of one epoch (advances each fit's generator as one fit's epoch does)."""
+        if self.batch_size is None:
+            return torch.arange(self.num_data, device=self.x.device).expand(self.num_fits, -1)
+        return torch.stack([torch.randperm(self.num_data, generator=g) for g in self.generators]).to(self.x.device)
+
+    def epoch(self):
+        """``(x_batch [K, n, ...], y_batch [K, n, ...])`` of one epoch."""
+        if self.batch_size is None:
+            yield self.x, self.y
+            return
+        order = self.orders()
+        for start in range(0, self.num_data, self.batch_size):
+            index = order[:, start:start + self.batch_size]
+            yield self.x[self._rows, index], self.y[self._rows, index]
+
+
+def stacked_forward(bnn) -> Callable:
+    """``forward(values {site: [K, *shape]}, x [K, n, ...]) -> [K, n, O]``: fit k's network at its own
+    weights and inputs, by the deep-ensemble backend's ``vmap`` of
+    :meth:`~zoo.bnn.BayesianNetwork.forward_single` (a loop over the fits for a network without
+    ``vmap`` rules)."""
+    return _Members(bnn, True, 1, False).outputs
+
+
+def per_fit_norms(params: list) -> torch.Tensor:
+    """``[K]`` gradient norms of each fit over the stacked ``params`` (each ``[K, ...]``, ``.grad`` set)."""
+    total = None
+    for p in params:
+        if p.grad is None:
+            continue
+        squares = p.grad.reshape(p.shape[0], -1).pow(2).sum(1)
+        total = squares if total is None else total + squares
+    return total.sqrt()
+
+
+def run_stacked_loop(step_terms: Callable, params: list, data: StackedBatches, config, histories: list,
+                     desc: str, progress: bool, on_stop: Callable) -> list:
+    """Train the stacked ``params`` by Adam over the fits' minibatches; the loop of
+    :func:`inference.training.run_training_loop` for K fits at once.
+
+    Args:
+        step_terms: ``step_terms(x_batch, y_batch) -> (expected_log_likelihood [K], kl [K])``, one draw per
+            fit on its own minibatch (the likelihood scaled by N/n), with gradients.
+        params: stacked leaf tensors ``[K, ...]`` to optimise.
+        data: the fits' :class:`StackedBatches`.
+        config: :class:`~inference.training.LoopOptions` (one particle per step: ``num_particles`` > 1
+            is averaged as in the one-at-a-time loop).
+        histories: K dicts of lists (:data:`inference.training.HISTORY_KEYS`), filled per epoch.
+        desc, progress: tqdm label and switch.
+        on_stop: ``on_stop(k, step, what)`` when fit k's loss or gradient becomes non-finite, before any
+            update with it: the caller keeps fit k's current (last finite) parameters.
+    Returns:
+        ``[step or None]`` per fit: the step at which it stopped (``None``: it finished).
+    """
+    count, steps_per_epoch = data.num_fits, data.steps_per_epoch
+    optimizer = torch.optim.Adam(params, lr=config.lr, foreach=True)
+    scheduler = lr_scheduler(optimizer, config, config.epochs * steps_per_epoch)
+    clip = config.clip_norm if config.optimizer == "clipped-adam" else math.inf
+    alive = torch.ones(count, dtype=torch.bool, device=params[0].device)
+    stopped: list = [None] * count
+    step = 0
+    for epoch in tqdm(range(config.epochs), desc=desc, disable=not progress):
+        sums, beta = torch.zeros(3, count, dtype=torch.float64, device=alive.device), 1.0
+        for xb, yb in data.epoch():
+            beta = kl_weight(epoch + (step % steps_per_epoch) / steps_per_epoch, config.kl_warmup_epochs,
+                             config.kl_anneal_epochs)
+            ell, kl = 0.0, 0.0
+            for _ in range(config.num_particles):
+                draw_ell, draw_kl = step_terms(xb, yb)
+                ell, kl = ell + draw_ell / config.num_particles, kl + draw_kl / config.num_particles
+            loss = (kl if beta == 1.0 else beta * kl) - ell
+            finite = torch.isfinite(loss)
+            optimizer.zero_grad()
+            torch.where(alive & finite, loss, torch.zeros_like(loss)).sum().backward()
+            norms = per_fit_norms(params)
+            finite = finite & torch.isfinite(norms)
+            if not bool((finite | ~alive).all()):
+                for k in (alive & ~finite).nonzero().flatten().tolist():
+                    what = "the loss" if not bool(torch.isfinite(loss[k])) else "the gradient"
+                    on_stop(k, step, what)
+                    stopped[k] = step
+                alive = alive & finite
+            if math.isfinite(clip):
+                scale = (clip / (norms + 1e-6)).clamp(max=1.0)
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.mul_(scale.reshape(-1, *([1] * (p.dim() - 1))).to(p.grad.dtype))
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            sums += torch.stack([loss.detach(), ell.detach(), kl.detach()]).to(sums.dtype)
+        means = (sums / steps_per_epoch).tolist()
+        lr = optimizer.param_groups[0]["lr"]
+        for k, history in enumerate(histories):
+            if stopped[k] is None:
+                for key, value in zip(HISTORY_KEYS, (epoch, means[0][k], means[1][k], means[2][k], beta, lr)):
+                    history[key].append(value)
+    return stopped

@@ -1,0 +1,178 @@
+"""K mean-field SVI fits (the ``svi`` backend on its fused ELBO path) as one stacked program.
+
+Each fit follows :func:`inference.training.fit_guide` with the default guide (Pyro's ``AutoNormal``,
+:class:`inference.guides.NormalGuide`) on a model whose weight priors are all Normal:
+
+1. deterministic pretraining (``pretrain_epochs``; :func:`inference.training.pretrain`): the fits'
+   weights stacked, one Adam, each fit's mean loss on its own minibatches, then per fit the
+   likelihood's latents at their MAP (:func:`inference.latent_fit.fit_latents`) on its last
+   epoch's batches and ``update_reference`` of its model;
+2. fit k's guide built as one fit builds it (under ``torch.manual_seed(seed_k)``), so its
+   starting parameters are the one-at-a-time fit's;
+3. the KL-weighted ELBO of every fit per step (:func:`inference.elbo.mean_field_normal_elbo_terms`
+   stacked): w = μ + softplus(ρ) ε, the closed-form Normal KL (Blundell et al. 2015), the latents'
+   one-sample log q − log p, the network once for all fits.
+
+Random numbers: fit k draws its noise from its own generator, which continues the global stream
+its one-at-a-time fit would use (the state after its guide's construction), one ``normal_`` per
+site in the model's order and the data plate's ``randperm(N)`` per minibatch step, exactly as the
+fused path draws them.  So every fit sees its one-at-a-time fit's random numbers, and its result
+does not depend on which other fits share its batch; what differs is float rounding.
+The trained parameters are copied into each fit's own guide, so prediction, saving and the ArviZ
+export are those of a one-at-a-time ``svi`` fit.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+
+import pyro
+import torch
+import torch.nn.functional as F
+from torch.distributions import Normal, biject_to
+
+from ..guides import build_guide
+from ..latent_fit import fit_latents
+from ..posterior import VariationalPosterior
+from ..training import HISTORY_KEYS, NonFiniteLossError
+from ..variational.latents import normal_prior_params
+from .stacked import StackedBatches, run_stacked_loop, stacked_forward
+
+__all__ = ["fit_svi_stacked", "pretrain_stacked"]
+
+
+def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -> list:
+    """:func:`inference.training.pretrain` of K fits at once; returns per fit ``{site: value}`` (weights and
+    latents).  Each fit's loss is its mean −log-likelihood per minibatch, with the latents at their prior means."""
+    template, count = bnns[0], len(bnns)
+    forward = stacked_forward(template)
+    latents = {n: d.mean.expand(count, *d.mean.shape) for n, d in template.latent_priors().items()}
+    values = {n: torch.stack([bnn.initial_values()[n] for bnn in bnns]).to(data.x).requires_grad_(True)
+              for n in (s.name for s in template.sites)}
+    optimizer = torch.optim.Adam(list(values.values()), lr=lr, foreach=True) if values else None
+    last_epoch = []
+    for _ in range(epochs if values else 0):
+        last_epoch.clear()
+        for xb, yb in data.epoch():
+            last_epoch.append((xb, yb))
+            f = forward(values, xb)
+            loss = -template.likelihood.training_log_prob(f, yb, latents).reshape(count, -1).mean(1)
+            optimizer.zero_grad()
+            loss.sum().backward()
+            optimizer.step()
+    fitted = [{n: v[k].detach().clone() for n, v in values.items()} for k in range(count)]
+    if latents:
+        batches = last_epoch or [(data.x, data.y)]
+        with torch.no_grad():
+            f = torch.cat([forward(values, xb) for xb, _ in batches], dim=1)
+        y = torch.cat([yb for _, yb in batches], dim=1)
+        start = {n: d.mean for n, d in template.latent_priors().items()}
+        for k in range(count):
+            fitted[k].update(fit_latents(template.likelihood, f[k], y[k], start))
+    return fitted
+
+
+def _stacked_priors(bnns: list, name: str, like: torch.Tensor) -> tuple:
+    """``(m, s)`` of site ``name``'s Normal prior in every fit: floats when all fits share them, else ``[K, *shape]``."""
+    params = [normal_prior_params(bnn.prior_distributions()[name], name) for bnn in bnns]
+    if all(not isinstance(m, torch.Tensor) and not isinstance(s, torch.Tensor) for m, s in params) \
+            and len(set(params)) == 1:
+        return params[0]
+    return tuple(torch.stack([torch.as_tensor(p[i], dtype=like.dtype, device=like.device).expand(like.shape[1:])
+                              for p in params]) for i in (0, 1))
+
+
+def _normal_kl(loc, sigma, m, s) -> torch.Tensor:
+    """``[K]`` Σ KL(N(μ, σ²) ‖ N(m, s²)) over each fit's row (closed form)."""
+    diff = loc - m
+    terms = torch.log(s / sigma) if isinstance(s, torch.Tensor) else math.log(s) - torch.log(sigma)
+    terms = terms + (sigma * sigma + diff * diff) / (2 * s * s) - 0.5
+    return terms.reshape(loc.shape[0], -1).sum(1)
+
+
+def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
+    """K ``svi`` fits on the fused path; per fit a :class:`~inference.posterior.VariationalPosterior`, or a
+    :class:`~inference.training.NonFiniteLossError` carrying its last finite posterior.
+
+    Args as :func:`inference.multifit.map.fit_map_stacked`; ``config`` is an
+    :class:`~inference.backends.svi.SVIConfig` with the ``normal`` guide.
+    """
+    started = time.perf_counter()
+    template, count = bnns[0], len(bnns)
+    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+    data = StackedBatches(xs, ys, config.batch_size, generators)
+    num_data = data.num_data
+    init = [None] * count
+    if config.pretrain_epochs:
+        init = pretrain_stacked(bnns, data, config.pretrain_epochs, config.pretrain_lr or config.lr)
+        for bnn, values in zip(bnns, init):
+            bnn.update_reference({s.name: values[s.name] for s in bnn.sites})
+    guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
+    guides, noise_generators = [], []
+    for bnn, values, seed in zip(bnns, init, seeds):
+        with torch.random.fork_rng(devices=[]):  # the global stream of the one-at-a-time fit, continued per fit
+            torch.manual_seed(int(seed))
+            guides.append(build_guide(config.guide, bnn, init_values=values, **guide_kwargs))
+            noise_generators.append(torch.Generator().set_state(torch.get_rng_state()))
+    sites = [name for name, _, _ in guides[0]._site_parameters()]
+    weights = [s.name for s in template.sites]
+    locs = {n: torch.stack([p.detach() for g in guides for name, p, _ in g._site_parameters() if name == n])
+            .clone().requires_grad_(True) for n in sites}
+    raws = {n: torch.stack([r.detach() for g in guides for name, _, r in g._site_parameters() if name == n])
+            .clone().requires_grad_(True) for n in sites}
+    priors = {n: _stacked_priors(bnns, n, locs[n]) for n in weights}
+    latent_priors = template.latent_priors()
+    forward = stacked_forward(template)
+    histories = [{key: [] for key in HISTORY_KEYS} for _ in bnns]
+    snapshots: dict = {}
+
+    def draw_noise(batch_rows: int) -> dict:
+        noise = {n: torch.empty_like(locs[n]) for n in sites}
+        for k, generator in enumerate(noise_generators):
+            for n in sites:
+                noise[n][k].normal_(generator=generator)
+            if batch_rows < num_data:
+                torch.randperm(num_data, generator=generator)  # the data plate's subsample draw (fused path)
+        return noise
+
+    def step_terms(xb, yb):
+        noise = draw_noise(xb.shape[1])
+        kl, values, latent_values = 0.0, {}, {}
+        for n in weights:
+            sigma = torch.log1p(torch.exp(raws[n]))  # softplus(ρ) as the fused path computes it
+            values[n] = torch.addcmul(locs[n], sigma, noise[n])
+            kl = kl + _normal_kl(locs[n], sigma, *priors[n])
+        for n, prior in latent_priors.items():
+            scale = F.softplus(raws[n])
+            u = torch.addcmul(locs[n], scale, noise[n])
+            transform = biject_to(prior.support)
+            z = transform(u)
+            log_q = Normal(locs[n], scale).log_prob(u).reshape(count, -1).sum(1) \
+                - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
+            kl = kl + log_q - prior.log_prob(z).reshape(count, -1).sum(1)
+            latent_values[n] = z
+        f = forward(values, xb)
+        log_lik = template.likelihood.training_log_prob(f, yb, latent_values).reshape(count, -1).sum(1)
+        return log_lik * (num_data / xb.shape[1]), kl
+
+    def on_stop(k, step, what):
+        snapshots[k] = (step, what, {n: (locs[n][k].detach().clone(), raws[n][k].detach().clone()) for n in sites})
+
+    with pyro.validation_enabled(False):
+        stopped = run_stacked_loop(step_terms, list(locs.values()) + list(raws.values()), data, config, histories,
+                                   f"svi x{count} ({template.num_random} random)", progress, on_stop)
+    seconds = (time.perf_counter() - started) / count
+    results = []
+    for k, (bnn, guide) in enumerate(zip(bnns, guides)):
+        with torch.no_grad():
+            for n, loc, raw in guide._site_parameters():
+                fitted = snapshots[k][2][n] if k in snapshots else (locs[n][k], raws[n][k])
+                loc.copy_(fitted[0])
+                raw.copy_(fitted[1])
+        info = {"backend": "svi", "config": asdict(config), "seed": int(seeds[k]), "num_samples": config.num_samples,
+                "num_data": num_data, "history": histories[k], "elbo_path": "fused", "fit_seconds": seconds,
+                "multifit": {"fits": count, "index": k}}
+        posterior = VariationalPosterior(bnn, guide, config.guide, guide_kwargs, info)
+        results.append(posterior if stopped[k] is None else NonFiniteLossError(stopped[k], snapshots[k][1], posterior))
+    return results

@@ -1,0 +1,140 @@
+"""The stacked multi-fit engine (inference.multifit) against one-at-a-time fits, and the runner's batches."""
+import pytest
+import torch
+from torch import nn
+
+from inference import fit
+from inference.batches import minibatches
+from inference.multifit import fit_many
+from inference.multifit.stacked import StackedBatches
+from inference.training import NonFiniteLossError
+from lab.grid_runs import Run
+from lab.run_batches import RunBatch, group_runs
+from lab.runs import RunSpec
+from zoo.bnn import BayesianNetwork
+
+K = 3
+
+
+def _model(seed, stochastic="all", d=3):
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(d, 8), nn.Tanh(), nn.Linear(8, 1))
+    return BayesianNetwork(net, stochastic=stochastic, example_input=torch.zeros(2, d))
+
+
+def _data(seed, n=40, d=3, scale=1.0):
+    g = torch.Generator().manual_seed(100 + seed)
+    x = torch.randn(n, d, generator=g)
+    return x, scale * (0.7 * x[:, :1] + 0.3 * torch.randn(n, 1, generator=g))
+
+
+def _stacked(backend, seeds=(10, 11, 12), **options):
+    data = [_data(k) for k in range(len(seeds))]
+    return fit_many([_model(k) for k in range(len(seeds))], [d[0] for d in data], [d[1] for d in data],
+                    backend=backend, seeds=list(seeds), **options), data
+
+
+MAP_OPTIONS = dict(epochs=15, batch_size=16)
+SVI_OPTIONS = dict(epochs=15, batch_size=16, pretrain_epochs=4)
+
+
+def test_map_matches_one_at_a_time_fits():
+    """Different data, inits and seeds per fit: each stacked fit is its own fit, to float rounding."""
+    fits, data = _stacked("map", **MAP_OPTIONS)
+    for k, posterior in enumerate(fits):
+        single = fit(_model(k), *data[k], backend="map", seed=10 + k, progress=False, **MAP_OPTIONS)
+        for name, value in single.draws.items():
+            torch.testing.assert_close(posterior.draws[name], value, atol=1e-5, rtol=1e-5)
+        assert posterior.info["history"]["loss"] == pytest.approx(single.info["history"]["loss"], rel=1e-5)
+        assert posterior.info["multifit"] == {"fits": K, "index": k}
+
+
+def test_svi_matches_one_at_a_time_fits_and_predictions_within_mc_error():
+    """Pretraining, guide start, noise draws (each fit continues its own seeded stream) and minibatches are the
+    one-at-a-time fit's: parameters agree to float rounding and the predictives within Monte Carlo error."""
+    fits, data = _stacked("svi", **SVI_OPTIONS)
+    x_test = torch.linspace(-2, 2, 25).unsqueeze(1).expand(-1, 3)
+    for k, posterior in enumerate(fits):
+        single = fit(_model(k), *data[k], backend="svi", seed=10 + k, progress=False, **SVI_OPTIONS)
+        stacked_params = dict(posterior.guide.named_parameters())
+        for name, value in single.guide.named_parameters():
+            torch.testing.assert_close(stacked_params[name].detach(), value.detach(), atol=1e-4, rtol=1e-4)
+        assert posterior.info["elbo_path"] == single.info["elbo_path"] == "fused"
+        a = posterior.predict(x_test, num_samples=400, seed=1)
+        b = single.predict(x_test, num_samples=400, seed=2)  # independent draws: compare within MC error
+        se = (a.sd ** 2 / 400 + b.sd ** 2 / 400).sqrt()
+        assert bool(((a.mean - b.mean).abs() < 4 * se).all())
+        assert bool(((a.sd / b.sd - 1).abs() < 0.15).all())
+
+
+def test_a_fit_does_not_depend_on_its_batch():
+    """Fit 1 alone and fit 1 among others: the same result (its own data, order and random stream)."""
+    fits, data = _stacked("svi", **SVI_OPTIONS)
+    alone = fit_many([_model(1)], [data[1][0]], [data[1][1]], backend="svi", seeds=[11], **SVI_OPTIONS)[0]
+    ours = dict(fits[1].guide.named_parameters())
+    for name, value in alone.guide.named_parameters():
+        torch.testing.assert_close(ours[name].detach(), value.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_each_fit_has_its_own_minibatch_order():
+    """Fit k's batches are minibatches() of its own seeded generator, epoch after epoch (rows = their index)."""
+    x = torch.arange(20.0).reshape(1, 20, 1).expand(2, 20, 1)
+    reference = [torch.Generator().manual_seed(s) for s in (3, 4)]
+    batches = StackedBatches(x, x, 8, [torch.Generator().manual_seed(s) for s in (3, 4)])
+    for _ in range(2):  # two epochs: each generator advances as a one-at-a-time fit's does
+        stacked = [xb[..., 0].long() for xb, _ in batches.epoch()]
+        for k in range(2):
+            expected = list(minibatches(20, 8, reference[k]))
+            assert [b[k].tolist() for b in stacked] == [e.tolist() for e in expected]
+        assert stacked[0][0].tolist() != stacked[0][1].tolist()
+
+
+def test_a_diverging_fit_stops_alone():
+    """A fit whose loss overflows stops with NonFiniteLossError (its last finite point attached); the others
+    finish and equal their one-at-a-time fits."""
+    data = [_data(0), _data(1, scale=1e19), _data(2)]
+    fits = fit_many([_model(k) for k in range(3)], [d[0] for d in data], [d[1] for d in data], backend="map",
+                    seeds=[10, 11, 12], **MAP_OPTIONS)
+    assert isinstance(fits[1], NonFiniteLossError) and fits[1].posterior is not None
+    assert all(bool(torch.isfinite(v).all()) for v in fits[1].posterior.draws.values())
+    single = fit(_model(2), *data[2], backend="map", seed=12, progress=False, **MAP_OPTIONS)
+    for name, value in single.draws.items():
+        torch.testing.assert_close(fits[2].draws[name], value, atol=1e-5, rtol=1e-5)
+
+
+def test_the_callers_session_is_left_as_it_was():
+    models, data = [_model(k) for k in range(2)], [_data(k) for k in range(2)]
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    fit_many(models, [d[0] for d in data], [d[1] for d in data], backend="svi", epochs=2, batch_size=16)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_bad_batches_are_refused_before_any_work():
+    x, y = _data(0)
+    with pytest.raises(ValueError, match="one x, y and seed per model"):
+        fit_many([_model(0), _model(1)], [x], [y], backend="map")
+    bnn = _model(0)
+    with pytest.raises(ValueError, match="separate model per fit"):
+        fit_many([bnn, bnn], [x, x], [y, y], backend="map")
+    with pytest.raises(ValueError, match="cannot be stacked: the model trains deterministic"):
+        fit_many([_model(0, "last"), _model(1, "last")], [x, x], [y, y], backend="map")
+    with pytest.raises(ValueError, match="cannot be stacked: backend 'radial'"):
+        fit_many([_model(0), _model(1)], [x, x], [y, y], backend="radial")
+    x2, y2 = _data(1, n=30)
+    with pytest.raises(ValueError, match="differ from fit 0"):
+        fit_many([_model(0), _model(1)], [x, x2], [y, y2], backend="map")
+    with pytest.raises(ValueError, match="unknown option"):
+        fit_many([_model(0)], [x], [y], backend="map", epoch=3)
+
+
+def test_runs_that_differ_in_split_or_seed_are_grouped():
+    def run(key, backend="svi", split=0, seed=0, **extra):
+        return Run(key, RunSpec(data="uci:yacht", backend=backend, split=split, seed=seed, **extra), {})
+
+    runs = [run("a"), run("b", split=1), run("c", seed=2), run("d", backend="sgld"), run("e", split=3, lr=0.1),
+            run("f", split=4)]
+    grouped = group_runs(runs, size=2)
+    assert [[r.key for r in g.runs] if isinstance(g, RunBatch) else g.key for g in grouped] == \
+        [["a", "b"], ["c", "f"], "d", "e"]
+    assert group_runs(runs, size=1) == runs
