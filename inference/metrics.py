@@ -16,6 +16,11 @@ from __future__ import annotations
 
 import torch
 
+from zoo.checks import as_tensor
+from zoo.data import check_finite_array
+
+from .prediction import Prediction
+
 __all__ = [
     "rmse",
     "test_log_likelihood",
@@ -29,6 +34,7 @@ __all__ = [
     "regression_metrics",
     "classification_metrics",
     "evaluate",
+    "check_evaluation_targets",
     "COVERAGE_LEVELS",
 ]
 
@@ -129,6 +135,36 @@ def classification_metrics(pred, y: torch.Tensor) -> dict:
 
 
 def evaluate(pred, y: torch.Tensor) -> dict:
-    """The task's metrics for a prediction made with targets ``y``."""
+    """The task's metrics for a prediction made with targets ``y`` (a tensor or numpy array: regression
+    ``[N, T]`` in original units, or class labels ``[N]``), checked first (:func:`check_evaluation_targets`)."""
+    y = check_evaluation_targets(pred, y)
     return regression_metrics(pred, y) if pred.task == "regression" else classification_metrics(pred, y)
+
+
+def check_evaluation_targets(pred, y) -> torch.Tensor:
+    """``y`` checked against the :class:`~inference.prediction.Prediction` ``pred`` (made with targets):
+    finite, one row per predicted point; returned ``[N, T]`` (regression) or int64 labels ``[N]`` in
+    ``[0, K - 1]``, on the prediction's device."""
+    if not isinstance(pred, Prediction):
+        raise ValueError(f"pred must be a Prediction (from Posterior.predict), got {type(pred).__name__}")
+    if pred.log_lik is None:
+        raise ValueError("evaluate needs a prediction made with the targets: pred = posterior.predict(x, y=y)")
+    y = as_tensor(y, "y")
+    points, width = pred.f.shape[1], pred.f.shape[-1]
+    if y.dim() == 0 or y.shape[0] != points:
+        raise ValueError(f"y has {y.shape[0] if y.dim() else 'no'} rows but the prediction is at {points} points; "
+                         f"pass the targets of the predicted inputs")
+    check_finite_array(y, "y")
+    if pred.task == "regression":
+        if y.numel() != points * width:
+            raise ValueError(f"y has shape {tuple(y.shape)}; the prediction has {width} target(s) per point: "
+                             f"expected [N, T] = [{points}, {width}]")
+        return y.reshape(points, width).to(pred.f)
+    if y.dim() != 1 or (y.is_floating_point() and bool((y != y.round()).any())):
+        raise ValueError(f"y must hold integer class labels [N], got shape {tuple(y.shape)} dtype {y.dtype}")
+    y = y.long()
+    if int(y.min()) < 0 or int(y.max()) >= width:
+        raise ValueError(f"y holds labels in [{int(y.min())}, {int(y.max())}] but the prediction has {width} "
+                         f"classes [0, {width - 1}]")
+    return y.to(pred.f.device)
 

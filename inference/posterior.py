@@ -22,7 +22,8 @@ import pyro
 import torch
 
 from zoo.bnn import BayesianNetwork
-from zoo.data import check_finite_array
+from zoo.checks import check_count, check_input, check_targets
+from zoo.resources import check_memory
 from zoo.likelihoods import PredictiveMixture
 
 from .arviz_export import to_inference_data
@@ -36,6 +37,15 @@ __all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior",
 
 #: upper bound on draws × points × outputs held by one batched forward pass
 _DEFAULT_ELEMENT_BUDGET = 2**24
+#: arrays of draws × points × outputs a prediction keeps (f, y, noise variance, mixture loc and scale)
+_PREDICTION_COPIES = 5
+
+
+def _check_seed(seed) -> int:
+    """``seed`` as an int in [0, 2**32) (the range of numpy's and Pyro's seeds)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r} ({type(seed).__name__})")
+    return int(seed)
 
 
 class Posterior:
@@ -74,10 +84,7 @@ class Posterior:
         return 1
 
     def _check_num_samples(self, num_samples):
-        num_samples = self.default_num_samples if num_samples is None else int(num_samples)
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-        return num_samples
+        return self.default_num_samples if num_samples is None else check_count(num_samples, "num_samples")
 
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()
@@ -99,14 +106,20 @@ class Posterior:
             seed: fixes the parameter draws (variational) and observation noise.
             chunk_size: draws per batched forward pass (default from a memory budget).
         """
-        check_finite_array(x, "x")
+        bnn = self.bnn
+        x = check_input(bnn, x, "x")
         num_samples = self._check_num_samples(num_samples)
         if y is not None:
             y = self.check_targets(x, y)
-        bnn = self.bnn
+        seed = _check_seed(seed)
         if chunk_size is None:
             per_draw = max(1, x.shape[0] * max(bnn.output_dim, 64))
             chunk_size = max(1, min(num_samples, _DEFAULT_ELEMENT_BUDGET // per_draw))
+        else:
+            chunk_size = check_count(chunk_size, "chunk_size")
+        check_memory(_PREDICTION_COPIES * num_samples * x.shape[0] * bnn.output_dim * bnn.target_scale.element_size(),
+                     f"predict with num_samples={num_samples} at {x.shape[0]} points ({bnn.output_dim} outputs)",
+                     "predict fewer points at a time or pass a smaller num_samples", bnn.target_scale.device)
         generator = torch.Generator().manual_seed(int(seed) + 7919)
         likelihood = bnn.likelihood
         regression = likelihood.task == "regression"
@@ -144,16 +157,10 @@ class Posterior:
         return {}
 
     def check_targets(self, x, y) -> torch.Tensor:
-        """``y`` validated against ``x`` and the model: finite, one row per input; regression ``[N, T]`` float."""
-        y = torch.as_tensor(y)
-        check_finite_array(y, "y")
-        if y.shape[0] != x.shape[0]:
-            raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; they must match")
-        if self.bnn.likelihood.task == "regression":
-            y = y.reshape(y.shape[0], -1).float()
-            if y.shape[1] != self.bnn.target_dim:
-                raise ValueError(f"y has {y.shape[1]} target columns, the model predicts {self.bnn.target_dim}")
-        return y
+        """``y`` validated against ``x`` and the model (:func:`zoo.checks.check_targets`): finite, one row per
+        input; regression ``[N, T]`` float32, classification int64 labels in range."""
+        y = check_targets(self.bnn, y, len(x), "y")
+        return y.float() if self.bnn.likelihood.task == "regression" else y
 
     # ------------------------------------------------------------------ export / io
     @torch.no_grad()
@@ -170,6 +177,7 @@ class Posterior:
         ``include_weights=False`` the weight draws are left out but the likelihood's latents (noise
         precision, degrees of freedom) are still exported.
         """
+        x = check_input(self.bnn, x, "x")
         y = self.check_targets(x, y)
         if prediction is not None and prediction.f.shape[1] != x.shape[0]:
             raise ValueError(f"prediction has {prediction.f.shape[1]} points but x has {x.shape[0]} rows")

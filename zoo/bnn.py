@@ -39,6 +39,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from .checks import as_tensor, check_input
+from .data.checks import check_finite_array
 from .evaluation import NetworkEvaluation
 from .likelihoods import GaussianLikelihood, Likelihood
 from .parameter_swap import ParameterSlots
@@ -98,14 +100,18 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         super().__init__()
         if not isinstance(net, nn.Module):
             raise ValueError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+        _check_arguments(prior, likelihood, train_deterministic, output_dim)
         self.net = net
         self.active_at_prediction: tuple[str, ...] = ()
         self.batched_draws: Optional[bool] = None
         self.batching_error: Optional[str] = None
-        example_output = None if example_input is None else self._example_output(example_input)
-        self.selection = stochastic
         self.prior = prior if prior is not None else NormalPrior(1.0)
         self.likelihood = likelihood if likelihood is not None else GaussianLikelihood()
+        example_output = None
+        if example_input is not None:
+            example_input = check_input(self, example_input, "example_input")
+            example_output = self._example_output(example_input)
+        self.selection = stochastic
         self.train_deterministic = bool(train_deterministic)
         self.sites: list[StochasticSite] = (
             sites if sites is not None else as_selector(stochastic).select(net, example_input)
@@ -115,6 +121,9 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
             if example_output is None:
                 raise ValueError("give output_dim or an example_input so the output size is known")
             output_dim = int(example_output.shape[-1])
+        elif example_output is not None and example_output.shape[-1] != output_dim:
+            raise ValueError(f"output_dim={output_dim} but {type(net).__name__} returns {example_output.shape[-1]} "
+                             f"outputs for example_input; leave output_dim out or build the network with {output_dim}")
         self.output_dim = int(output_dim)
         heads = self.likelihood.heads
         if self.output_dim % heads:
@@ -123,12 +132,13 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         self.target_dim = self.output_dim // heads
         param = next(net.parameters(), None)
         like = {"dtype": torch.get_default_dtype()} if param is None else {"dtype": param.dtype, "device": param.device}
-        target_loc = torch.zeros(self.target_dim) if target_loc is None else target_loc
-        target_scale = torch.ones(self.target_dim) if target_scale is None else target_scale
-        target_scale = torch.as_tensor(target_scale).to(**like).reshape(-1)
+        target_loc = _target_scaling(torch.zeros(self.target_dim) if target_loc is None else target_loc,
+                                     "target_loc", self.target_dim).to(**like)
+        target_scale = _target_scaling(torch.ones(self.target_dim) if target_scale is None else target_scale,
+                                       "target_scale", self.target_dim).to(**like)
         if not bool((target_scale > 0).all()):
             raise ValueError(f"target_scale must be positive, got {target_scale.tolist()}")
-        self.register_buffer("target_loc", torch.as_tensor(target_loc).to(**like).reshape(-1))
+        self.register_buffer("target_loc", target_loc)
         self.register_buffer("target_scale", target_scale)
         random_names = {s.name for s in self.sites}  # overridden wholly by site values
         for name, param in net.named_parameters():
@@ -345,3 +355,28 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
             f"likelihood={self.likelihood!r}, train_deterministic={self.train_deterministic}"
             + (", draws evaluated one at a time (no vmap)" if self.batched_draws is False else "")
         )
+
+
+def _check_arguments(prior, likelihood, train_deterministic, output_dim) -> None:
+    """The constructor's plain arguments, checked before any work (each error names its argument)."""
+    if prior is not None and not isinstance(prior, Prior):
+        raise ValueError(f"prior must be a zoo.priors.Prior (e.g. NormalPrior(1.0)), got {type(prior).__name__}")
+    if likelihood is not None and not isinstance(likelihood, Likelihood):
+        raise ValueError(f"likelihood must be a zoo.likelihoods.Likelihood (e.g. GaussianLikelihood()), got "
+                         f"{type(likelihood).__name__}")
+    if not isinstance(train_deterministic, bool):
+        raise ValueError(f"train_deterministic must be True or False, got {train_deterministic!r}")
+    if output_dim is not None and (isinstance(output_dim, bool) or not isinstance(output_dim, int) or output_dim < 1):
+        raise ValueError(f"output_dim must be a positive integer, got {output_dim!r}")
+
+
+def _target_scaling(value, name: str, target_dim: int) -> torch.Tensor:
+    """``target_loc`` / ``target_scale``: finite numbers, one per target (or one for all), as a 1-D tensor."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = torch.tensor([float(value)])
+    value = as_tensor(value, name).reshape(-1)
+    check_finite_array(value, name)
+    if value.numel() not in (1, target_dim):
+        raise ValueError(f"{name} has {value.numel()} values; the model predicts {target_dim} target(s): give one "
+                         f"value per target")
+    return value if value.is_floating_point() else value.to(torch.get_default_dtype())

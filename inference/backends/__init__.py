@@ -181,7 +181,8 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         with preserved_session(bnn):
             return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
-    x, y = _placed(bnn, *check_training_data(bnn, x, y), y)
+    x, y = check_training_data(bnn, x, y)  # numpy arrays converted; floating targets keep their precision
+    x, y = _placed(bnn, x, y, y)
     bnn.check_forward(x)
     with preserved_session(bnn):
         return engine.run(bnn, x, y, config, int(seed), bool(progress))

@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import typing
 
+import numpy as np
 import torch
 
-from zoo.data import check_finite_array
+from zoo.bnn import BayesianNetwork
+from zoo.checks import check_input, check_targets
 
 from ..batches import LoaderBatches, minibatches
 from ..training import LoopOptions, NonFiniteLossError
+
+#: the largest integer option accepted (epochs, samples, steps, ...): more could not finish
+MAX_COUNT = 10**9
 
 __all__ = ["Backend", "NonFiniteLossError", "parse_config", "check_training_data", "check_loader", "minibatches"]
 
@@ -77,11 +83,13 @@ def parse_config(backend: Backend, options: dict):
         if hint is bool:
             return isinstance(value, bool), value
         if hint is int:
-            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) \
+                    and math.isfinite(value) and float(value).is_integer():
                 return True, int(value)
-            return isinstance(value, int) and not isinstance(value, bool), value
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+            return ok, int(value) if ok else value
         if hint is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
             return ok, float(value) if ok else value
         if hint in (str, dict, list, tuple):
             return isinstance(value, hint), value
@@ -93,7 +101,7 @@ def parse_config(backend: Backend, options: dict):
             return " or ".join(expected(a) for a in args)
         if origin is typing.Literal:
             return "one of " + ", ".join(repr(a) for a in args)
-        names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a dict",
+        names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", dict: "a dict",
                  list: "a list", tuple: "a tuple", type(None): "null (None)"}
         return names.get(hint, getattr(hint, "__name__", str(hint)))
 
@@ -105,6 +113,11 @@ def parse_config(backend: Backend, options: dict):
                 f"option {name!r} of backend {backend.name!r} must be {expected(hints[name])}, "
                 f"got {value!r} ({type(value).__name__})"
             )
+        if isinstance(typed[name], int) and not isinstance(typed[name], bool) and abs(typed[name]) > MAX_COUNT:
+            raise ValueError(
+                f"option {name!r} of backend {backend.name!r} is {value!r}; counts above {MAX_COUNT:.0e} are refused: "
+                f"that many steps would take over {int(MAX_COUNT * 1e-3 // 86400)} days even at a millisecond each"
+            )
     config = backend.Config(**typed)
     validate = getattr(config, "validate", None)
     if validate is not None:
@@ -112,34 +125,26 @@ def parse_config(backend: Backend, options: dict):
     return config
 
 
-def check_training_data(bnn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate training tensors against the model; return them with canonical dtypes/shapes."""
-    if y is None and isinstance(x, torch.Tensor):
+def check_training_data(bnn, x, y) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate training data against the model; return tensors with canonical dtypes/shapes.
+
+    ``x`` and ``y`` are tensors or numpy arrays (converted), checked by
+    :func:`zoo.checks.check_input` (finite, the network's input layout, one forward on two rows)
+    and :func:`zoo.checks.check_targets` (one target row per input; regression ``[N, T]`` in its
+    own floating precision, classification int64 labels in range).
+    """
+    _check_model(bnn)
+    if y is None:
         raise ValueError("y is missing: pass the targets, fit(bnn, x, y, ...), or a DataLoader of (x, y) batches "
                          "as fit(bnn, loader, ...)")
-    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise ValueError(f"x and y must be torch tensors, got {type(x).__name__} and {type(y).__name__}")
-    check_finite_array(x, "x")
-    check_finite_array(y, "y")
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}; they must match")
-    if bnn.likelihood.task == "regression":
-        y = y.reshape(y.shape[0], -1).to(torch.float32)
-        if y.shape[1] != bnn.target_dim:
-            raise ValueError(f"y has {y.shape[1]} target columns but the model predicts {bnn.target_dim} targets "
-                             f"({bnn.output_dim} network outputs, {bnn.likelihood.heads} per target for "
-                             f"{type(bnn.likelihood).__name__}); build the network with "
-                             f"{bnn.likelihood.heads * y.shape[1]} outputs")
-    else:
-        if y.dim() != 1:
-            raise ValueError(f"class labels must be a 1-D tensor [N], got shape {tuple(y.shape)}")
-        y = y.long()
-        if int(y.min()) < 0 or int(y.max()) >= bnn.output_dim:
-            raise ValueError(
-                f"class labels must lie in [0, {bnn.output_dim - 1}] for a network with {bnn.output_dim} "
-                f"outputs; got labels in [{int(y.min())}, {int(y.max())}]"
-            )
-    return x, y
+    x = check_input(bnn, x, "x")
+    return x, check_targets(bnn, y, x.shape[0], "y")
+
+
+def _check_model(bnn) -> None:
+    if not isinstance(bnn, BayesianNetwork):
+        raise ValueError(f"bnn must be a zoo.BayesianNetwork, got {type(bnn).__name__}; wrap a plain network first: "
+                         f"BayesianNetwork(net, stochastic=..., example_input=x[:2])")
 
 
 def check_loader(bnn, loader) -> LoaderBatches:
@@ -148,6 +153,7 @@ def check_loader(bnn, loader) -> LoaderBatches:
     The dataset must be map-style (``len(loader.dataset)`` is N, for the N/n likelihood scaling);
     every batch is checked with :func:`check_training_data` as it is drawn.
     """
+    _check_model(bnn)
     try:
         num_data, num_batches = len(loader.dataset), len(loader)
     except TypeError:

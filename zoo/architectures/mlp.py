@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..resources import check_parameter_memory
 from ._common import activation_by_name, positive_int
 
 __all__ = ["MLP", "LeNet300100"]
@@ -51,6 +52,10 @@ class MLP(nn.Module):
         hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
         for width in hidden:
             positive_int(width, "every hidden width")
+        widths = (input_dim, *hidden, output_dim)
+        check_parameter_memory(sum((a + 1) * b for a, b in zip(widths, widths[1:])),
+                               f"{type(self).__name__}(input_dim={input_dim}, output_dim={output_dim}, hidden={hidden})",
+                               "use narrower or fewer hidden layers")
         self.input_dim, self.output_dim, self.hidden = input_dim, output_dim, hidden
         self.activation = activation.lower() if isinstance(activation, str) else activation
         self._act = activation_by_name(activation)
