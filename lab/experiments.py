@@ -27,8 +27,11 @@ numbers where the grid has them), ``DIR/*.png`` figures, ``DIR/failures.txt`` if
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import re
+import signal
+import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
@@ -177,20 +180,38 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar, deadline: Opti
     return failures, [r for item in queue for r in (item.runs if isinstance(item, RunBatch) else [item])]
 
 
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Hold Ctrl-C (``SIGINT`` blocked in this thread) while worker processes are spawned: they inherit
+    the blocked signal, so a Ctrl-C during their start-up (seconds of imports) reaches this process
+    only — one line, no worker tracebacks — and is raised here as soon as the spawn is done."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class _Workers:
     """The local worker pool, started again when a worker process died (e.g. killed from outside):
-    the runs it held fail (``BrokenProcessPool``, listed in failures.txt) and the sweep goes on."""
+    the runs it held fail (``BrokenProcessPool``, listed in failures.txt) and the sweep goes on.
+    Workers are spawned with Ctrl-C held (:func:`_ctrl_c_held`)."""
 
     def __init__(self, workers: int):
-        self.workers, self.pool = workers, worker_pool(workers)
+        with _ctrl_c_held():
+            self.workers, self.pool = workers, worker_pool(workers)
 
     def submit(self, *args):
-        try:
-            return self.pool.submit(*args)
-        except BrokenProcessPool:
-            stop_workers(self.pool)
-            self.pool = worker_pool(self.workers)
-            return self.pool.submit(*args)
+        with _ctrl_c_held():  # the pool spawns its processes on submit
+            try:
+                return self.pool.submit(*args)
+            except BrokenProcessPool:
+                stop_workers(self.pool)
+                self.pool = worker_pool(self.workers)
+                return self.pool.submit(*args)
 
 
 def _run_local(runs, by_key, finished, root, workers, bar, deadline=None):
@@ -352,6 +373,9 @@ def write_tables(experiment: Experiment, runs, root, out, failures, timing: Opti
     """
     out = Path(out)
     results = collect(runs, root)
+    for entry in out.iterdir():  # a link at an output name (e.g. planted in a received folder) is replaced,
+        if entry.is_symlink() and entry.suffix in (".csv", ".md", ".txt", ".png"):  # never written through
+            entry.unlink()
     files = []
     if failures:
         (out / "failures.txt").write_text("".join(f"{k}\t{v}\n" for k, v in sorted(failures.items())))

@@ -11,7 +11,9 @@ Where ``fork`` does not exist the write runs in this process.
 from __future__ import annotations
 
 import errno
+import faulthandler
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -40,6 +42,7 @@ def write_in_child(write: Callable, path, *args) -> None:
             os.close(read_end)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 2)  # h5py prints pages of tracebacks from finalisers on a failed write
+            faulthandler.disable()  # (it writes to a stderr descriptor of its own)
             write(*args, path)
             code = 0
         except KeyboardInterrupt:
@@ -68,10 +71,13 @@ def write_in_child(write: Callable, path, *args) -> None:
     if os.WIFSIGNALED(status):
         text = f"the writer crashed (signal {os.WTERMSIG(status)})"
         code = "0"
-    full = _free_bytes(path.parent) < _FULL_BELOW
-    if full or "No space left" in text or "errno = 28" in text:
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    raise OSError(int(code) if code.isdigit() and int(code) else errno.EIO, text or "write failed", str(path))
+    reported = re.search(r"errno = (\d+)", text)  # libhdf5's own report of the failed write(2)
+    number = int(reported.group(1)) if reported else int(code) if code.isdigit() else 0
+    if not number and _free_bytes(path.parent) < _FULL_BELOW:
+        number = errno.ENOSPC
+    if number:
+        raise OSError(number, os.strerror(number), str(path))
+    raise OSError(errno.EIO, text or "write failed", str(path))
 
 
 def _free_bytes(folder: Path) -> int:

@@ -12,6 +12,17 @@
 
 The papers cited in docstrings are listed in full in ``docs/references.md``.
 """
+import sys as _sys
+
+if "-m" in _sys.orig_argv[:-1] and _sys.orig_argv[_sys.orig_argv.index("-m") + 1] == __name__:
+    # ``python -m zoo`` is starting: a Ctrl-C during the seconds of imports (torch, pyro, arviz) exits 130
+    # with one line, not a traceback or a C++ abort; lab.cli.main installs its own handler once it runs
+    import os as _os
+    import signal as _signal
+
+    _signal.signal(_signal.SIGINT, lambda signum, frame: (_sys.stderr.write("interrupted (Ctrl-C)\n"),
+                                                          _os._exit(130)))
+
 __version__ = "0.2.0"  # the one version: setup.cfg (attr: zoo.__version__) and the docs read it here
 
 from .bnn import BayesianNetwork

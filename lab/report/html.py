@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -60,6 +61,7 @@ _TEMPLATES = {
 }
 _ENV = jinja2.Environment(loader=jinja2.DictLoader(_TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined)
 _NOTE_KINDS = ("na", "warn", "error")
+_CLASSES = re.compile(r"[a-z][a-z0-9-]*( [a-z][a-z0-9-]*)*")
 
 
 def _render(name: str, **values) -> Markup:
@@ -143,9 +145,10 @@ def link(href: str, text) -> Markup:
 
 
 def note(text: str, kind: str = "na") -> Markup:
-    """A one-line remark: ``na`` (does not apply), ``warn`` or ``error``."""
-    if kind not in _NOTE_KINDS:
-        raise ValueError(f"note kind must be one of {_NOTE_KINDS}, got {kind!r}")
+    """A one-line remark: ``kind`` is ``na`` (does not apply), ``warn`` or ``error``, optionally followed by
+    more CSS class names (``"error failed-fit"``)."""
+    if kind.split()[:1] not in ([k] for k in _NOTE_KINDS) or not _CLASSES.fullmatch(kind):
+        raise ValueError(f"note kind must start with one of {_NOTE_KINDS} (then CSS class names), got {kind!r}")
     return _render("note", kind=kind, text=text)
 
 
