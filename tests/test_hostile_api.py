@@ -74,6 +74,7 @@ API_CASES = {
     "fit NaN x": (lambda p, c: fit(_bnn(), torch.where(X > 1, float("nan"), X), Y, **QUICK), r"x has \d+ NaN"),
     "fit bool x": (lambda p, c: fit(_bnn(), X > 0, Y, **QUICK), r"x has dtype torch.bool"),
     "fit y missing": (lambda p, c: fit(_bnn(), X, **QUICK), r"y is missing"),
+    "fit seed a string": (lambda p, c: fit(_bnn(), X, Y, **{**QUICK, "seed": "a"}), r"seed must be an integer"),
     "fit a plain network": (lambda p, c: fit(MLP(1, 1), X, Y, **QUICK), r"bnn must be a zoo.BayesianNetwork, got MLP"),
     "fit user net, wrong width": (
         lambda p, c: fit(BayesianNetwork(Free(), output_dim=1), torch.randn(N, 4), Y, **QUICK),

@@ -31,7 +31,8 @@ from torch import nn
 from .architectures import MLP
 from .data.checks import check_finite_array
 
-__all__ = ["as_tensor", "check_input", "check_targets", "check_dataset", "input_spec", "InputSpec", "check_count"]
+__all__ = ["as_tensor", "check_input", "check_targets", "check_dataset", "input_spec", "InputSpec", "check_count",
+           "check_seed"]
 
 
 # ---------------------------------------------------------------------- conversion
@@ -67,6 +68,13 @@ def check_count(value, name: str, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise ValueError(f"{name} must be an integer, at least {minimum}; got {value!r}")
     return int(value)
+
+
+def check_seed(seed) -> int:
+    """``seed`` as an int in [0, 2**32) (the range of numpy's and Pyro's seeds)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r} ({type(seed).__name__})")
+    return int(seed)
 
 
 # ---------------------------------------------------------------------- network inputs

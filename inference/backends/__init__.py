@@ -13,6 +13,8 @@ import pyro
 import torch
 from torch.utils.data import DataLoader
 
+from zoo.checks import check_seed
+
 from .base import Backend, NonFiniteLossError, check_loader, check_training_data, parse_config
 from .svi import SVIBackend
 from .hmc import HMCBackend, NUTSBackend
@@ -159,6 +161,7 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
             does not return one ``[n, O]`` tensor (checked on the first rows, before fitting).
     """
     engine = get_backend(backend)
+    seed = check_seed(seed)
     if device is not None:
         bnn.to(resolve_device(device))
     if isinstance(x, DataLoader):
