@@ -270,6 +270,8 @@ SIZE_CASES = {
     "epochs 1e30": (lambda p: parse_config(BACKENDS["svi"], {"epochs": 1e30}), r"option 'epochs' .* is 1e\+30"),
     "lr not finite": (lambda p: parse_config(BACKENDS["svi"], {"lr": float("inf")}),
                       r"option 'lr' .* must be a finite number"),
+    "sampler draws beyond memory": (lambda p: fit(_bnn(), X, Y, **{**QUICK, "num_samples": 10**9, "num_chains": 10**4}),
+                                    r"storing num_chains x num_samples = 10,000,000,000,000 draws of 6 random values"),
     "prediction beyond memory": (lambda p: p.predict(torch.zeros(10**5, 1), num_samples=10**9),
                                  r"predict with num_samples=1000000000 at 100000 points .* needs about"),
 }

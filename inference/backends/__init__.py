@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from zoo.checks import check_seed
 
-from .base import Backend, NonFiniteLossError, check_loader, check_training_data, parse_config
+from .base import Backend, NonFiniteLossError, check_fit_size, check_loader, check_training_data, parse_config
 from .svi import SVIBackend
 from .hmc import HMCBackend, NUTSBackend
 from .sgmcmc import CyclicalSGMCMCBackend, PSGLDBackend, SGHMCBackend, SGLDBackend
@@ -175,6 +175,7 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         if "batch_size" in options:
             raise ValueError("the DataLoader sets the batches: drop batch_size= (give it to the DataLoader instead)")
         config = parse_config(engine, options)
+        check_fit_size(bnn, config)
         batches = check_loader(bnn, x)
         check = batches.check
         batches.check = lambda xb, yb: _placed(bnn, *check(xb, yb), yb)
@@ -184,6 +185,7 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         with preserved_session(bnn):
             return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
+    check_fit_size(bnn, config)
     x, y = check_training_data(bnn, x, y)  # numpy arrays converted; floating targets keep their precision
     x, y = _placed(bnn, x, y, y)
     bnn.check_forward(x)

@@ -22,6 +22,7 @@ import torch
 
 from zoo.bnn import BayesianNetwork
 from zoo.checks import check_input, check_targets
+from zoo.resources import check_memory
 
 from ..batches import LoaderBatches, minibatches
 from ..training import LoopOptions, NonFiniteLossError
@@ -29,7 +30,8 @@ from ..training import LoopOptions, NonFiniteLossError
 #: the largest integer option accepted (epochs, samples, steps, ...): more could not finish
 MAX_COUNT = 10**9
 
-__all__ = ["Backend", "NonFiniteLossError", "parse_config", "check_training_data", "check_loader", "minibatches"]
+__all__ = ["Backend", "NonFiniteLossError", "parse_config", "check_fit_size", "check_training_data", "check_loader",
+           "minibatches"]
 
 
 class Backend:
@@ -123,6 +125,18 @@ def parse_config(backend: Backend, options: dict):
     if validate is not None:
         validate()
     return config
+
+
+def check_fit_size(bnn, config) -> None:
+    """Refuse a sampler configuration whose stored draws (``num_chains`` × ``num_samples`` × the model's
+    random scalars) cannot fit in the memory available on the model's device, before any sampling."""
+    _check_model(bnn)
+    if not (hasattr(config, "num_samples") and hasattr(config, "num_chains")):
+        return
+    draws = int(config.num_chains) * int(config.num_samples)
+    check_memory(draws * bnn.num_random * bnn.target_scale.element_size(),
+                 f"storing num_chains x num_samples = {draws:,} draws of {bnn.num_random:,} random values",
+                 "lower num_samples or num_chains", bnn.target_scale.device)
 
 
 def check_training_data(bnn, x, y) -> tuple[torch.Tensor, torch.Tensor]:
