@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import torch
 
+from zoo.likelihoods.mixture import PredictiveMixture
+
 from .metrics import evaluate
 from .posterior import SamplePosterior
 from .prediction import Prediction
 
-__all__ = ["member_posteriors", "member_metrics", "disagreement"]
+__all__ = ["member_posteriors", "member_predictions", "member_metrics", "disagreement"]
 
 
 def member_posteriors(posterior: SamplePosterior) -> list[SamplePosterior]:
@@ -37,6 +39,32 @@ def member_posteriors(posterior: SamplePosterior) -> list[SamplePosterior]:
         )
         for c in range(posterior.num_chains)
     ]
+
+
+def member_predictions(mixture: Prediction, num_chains: int, y=None) -> list[Prediction]:
+    """Each chain's prediction, read off the prediction over all draws of all chains (chain-major, as
+    :meth:`~inference.posterior.SamplePosterior.predict` draws them): rows ``[c·D, (c+1)·D)`` of its draws,
+    log-likelihoods and predictive mixture; PIT values at targets ``y`` (original units) from that mixture.
+    No network is evaluated again."""
+    size = mixture.num_samples // num_chains
+    parts = []
+    for c in range(num_chains):
+        rows = slice(c * size, (c + 1) * size)
+        components = None
+        if mixture.mixture is not None:
+            full = mixture.mixture
+
+            def take(value):
+                return None if value is None else value.expand(full.loc.shape[0], *value.shape[1:])[rows]
+
+            components = PredictiveMixture(full.loc[rows], take(full.scale), take(full.df))
+        parts.append(Prediction(
+            task=mixture.task, f=mixture.f[rows], y=mixture.y[rows],
+            noise_var=None if mixture.noise_var is None else mixture.noise_var[rows],
+            log_lik=None if mixture.log_lik is None else mixture.log_lik[rows],
+            pit=components.cdf(y) if (components is not None and y is not None and mixture.pit is not None) else None,
+            mixture=components))
+    return parts
 
 
 def disagreement(members: list[Prediction], mixture: Prediction) -> float:
@@ -57,11 +85,14 @@ def member_metrics(posterior: SamplePosterior, x: torch.Tensor, y: torch.Tensor,
                    seed: int = 0) -> dict:
     """Metrics of each chain and of their mixture at test data ``(x, y)``.
 
+    Each member's prediction is its chains' rows of ``mixture`` (:func:`member_predictions`): the test set
+    is predicted once.
+
     Args:
         posterior: a posterior with ``C > 1`` chains.
         x, y: test inputs and targets (``y`` in original units, as for ``predict``).
         mixture: the prediction ``posterior.predict(x, y=y, seed=seed)`` over all draws.
-        seed: the observation-noise seed of the members' predictions.
+        seed: the seed ``mixture`` was predicted with (kept for the callers; the members are read off it).
     Returns:
         ``{"num_members": C, "mixture": {...}, "per_member": [{...} × C], "member_mean": {...},
         "disagreement": float}``; each ``{...}`` is :func:`inference.metrics.evaluate`'s dict.
@@ -73,7 +104,9 @@ def member_metrics(posterior: SamplePosterior, x: torch.Tensor, y: torch.Tensor,
     if mixture.num_samples != posterior.default_num_samples:
         raise ValueError(f"the mixture prediction has {mixture.num_samples} draws but the posterior holds "
                          f"{posterior.default_num_samples}; predict with all of them")
-    predictions = [member.predict(x, y=y, seed=seed) for member in member_posteriors(posterior)]
+    if mixture.f.shape[1] != x.shape[0]:
+        raise ValueError(f"the mixture prediction has {mixture.f.shape[1]} points but x has {x.shape[0]} rows")
+    predictions = member_predictions(mixture, posterior.num_chains, posterior.check_targets(x, y))
     per_member = [evaluate(p, y) for p in predictions]
     return {
         "num_members": posterior.num_chains,

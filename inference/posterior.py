@@ -106,8 +106,7 @@ class Posterior:
             y = self.check_targets(x, y)
         seed = check_seed(seed)
         if chunk_size is None:
-            per_draw = max(1, x.shape[0] * max(bnn.output_dim, 64))
-            chunk_size = max(1, min(num_samples, _DEFAULT_ELEMENT_BUDGET // per_draw))
+            chunk_size = max(1, min(num_samples, self._default_chunk_size(x)))
         else:
             chunk_size = check_count(chunk_size, "chunk_size")
         check_memory(_PREDICTION_COPIES * num_samples * x.shape[0] * bnn.output_dim * bnn.target_scale.element_size(),
@@ -144,6 +143,10 @@ class Posterior:
             mixture=mixture,
         )
 
+    def _default_chunk_size(self, x) -> int:
+        """Draws per batched forward pass of :meth:`predict` at inputs ``x`` (a memory budget)."""
+        return _DEFAULT_ELEMENT_BUDGET // max(1, x.shape[0] * max(self.bnn.output_dim, 64))
+
     def _unit_kwargs(self):
         if self.bnn.likelihood.task == "regression":
             return {"target_loc": self.bnn.target_loc, "target_scale": self.bnn.target_scale}
@@ -166,7 +169,9 @@ class Posterior:
         evenly spaced points) are evaluated at exactly those draws.  ``prediction``, the
         :class:`Prediction` that ``predict(x, y=y, seed=seed)`` returned, is stored as per-point
         summaries (:meth:`Prediction.summaries`) in the ``predictions`` group, so that reports
-        read it instead of predicting again; 1-D inputs ``x`` go to ``constant_data``.  With
+        read it instead of predicting again; when ``predict`` drew all of the exported draws in one pass
+        (``num_samples`` left at the default), ``prediction`` is also the exported log-likelihood and draws:
+        the data are not predicted a second time.  1-D inputs ``x`` go to ``constant_data``.  With
         ``include_weights=False`` the weight draws are left out but the likelihood's latents (noise
         precision, degrees of freedom) are still exported.
         """
@@ -178,7 +183,10 @@ class Posterior:
         draws = self.param_draws(num_samples, seed)
         chains, ndraws = next(iter(draws.values())).shape[:2] if draws else (1, 1)
         flat = {k: v.reshape(chains * ndraws, *v.shape[2:]) for k, v in draws.items()}
-        if flat:  # predict with exactly the exported draws, so draws and log-likelihoods align
+        if flat and num_samples is None and prediction is not None and prediction.log_lik is not None \
+                and prediction.num_samples == chains * ndraws <= self._default_chunk_size(x):
+            pred = prediction  # predict(x, y=y, seed=seed) drew exactly these draws, in this order, in one chunk
+        elif flat:  # predict with exactly the exported draws, so draws and log-likelihoods align
             fixed = SamplePosterior(bnn, {k: v.unsqueeze(0) for k, v in flat.items()}, info=self.info)
             pred = fixed.predict(x, y=y, seed=seed)
         else:
