@@ -5,8 +5,9 @@
 and the output path are validated before any fitting: bad ones exit with status 2 and a one-line
 reason on stderr (so does ``--out`` at an existing run without ``--overwrite``, or an experiment
 folder another process is using).  A fit whose posterior is unusable (:class:`lab.runs.RunFailed`,
-non-finite losses) exits with 1, Ctrl-C with 130 and SIGTERM with 143, each with one line; an
-interrupted fit leaves the output path as it was (see :mod:`lab.store`).
+non-finite losses, or with ``--strict`` a fit flagged ``failed_fit``) exits with 1, Ctrl-C with 130
+and SIGTERM with 143, each with one line; an interrupted fit leaves the output path as it was (see
+:mod:`lab.store`).
 """
 from __future__ import annotations
 
@@ -166,6 +167,9 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run folder to write (metrics.json, config.json, posterior/, posterior.nc, train.nc, "
                              "COMPLETE); must not hold a run unless --overwrite")
     parser.add_argument("--overwrite", action="store_true", help="replace the run at --out (whole) if there is one")
+    parser.add_argument("--strict", action="store_true",
+                        help="a fit flagged failed_fit (worse than the trivial predictor in RMSE or test LL, or a "
+                             "predictive scale beyond 10x the targets' range) exits with status 1 and writes nothing")
 
 
 def spec_from_args(args) -> RunSpec:
@@ -232,13 +236,14 @@ def _float_arg(flag, text):
 
 
 SUMMARY_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "sparsity", "rhat_max",
-                "ess_bulk_min", "divergences", "tree_depth_saturated", "fit_seconds")
+                "ess_bulk_min", "divergences", "tree_depth_saturated", "rmse_ratio", "test_ll_gain", "fit_seconds")
 
 
 def _run_fit(args) -> int:
     torch.set_num_threads(args.threads)
     spec = spec_from_args(args)
-    result = execute(spec, args.out, overwrite=args.overwrite, progress=not args.quiet, device=args.device)
+    result = execute(spec, args.out, overwrite=args.overwrite, progress=not args.quiet, device=args.device,
+                     strict=args.strict)
     metrics = result.metrics
     if args.report:
         print(f"wrote {write_report(result.directory)}")  # atomic: lab.store.write_text_file
@@ -248,6 +253,8 @@ def _run_fit(args) -> int:
     for key, value in rows:
         print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
     print(f"  wrote {result.directory}/: metrics.json, config.json, posterior/, posterior.nc, train.nc, COMPLETE")
+    if metrics.get("failed_fit"):
+        print(f"WARNING: failed fit (failed_fit: true in metrics.json): {metrics['failed_fit_reason']}")
     return 0
 
 

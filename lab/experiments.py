@@ -21,8 +21,9 @@ instead of ``OUT/runs``, so grids that hold the same runs (same key and spec: ``
 and ``uci-benchmark``) fit them once.
 
 Outputs: ``DIR/results.csv`` (one row per run: labels and metrics), ``DIR/summary.csv`` and
-``DIR/summary.md`` (mean ± standard error over splits / seeds per configuration, n runs, published
-numbers where the grid has them), ``DIR/*.png`` figures, ``DIR/failures.txt`` if runs failed.
+``DIR/summary.md`` (mean ± standard error over splits / seeds per configuration, n runs, the number
+flagged ``failed_fit`` (:mod:`inference.sanity`), published numbers where the grid has them),
+``DIR/*.png`` figures, ``DIR/failures.txt`` if runs failed.
 """
 from __future__ import annotations
 
@@ -387,7 +388,9 @@ def write_tables(experiment: Experiment, runs, root, out, failures, timing: Opti
     summary = summarise(results, experiment.group)
     results.to_csv(out / "results.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)
-    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures) + timing_line(results, timing))
+    flagged = results.loc[results["failed_fit"].eq(True), "key"] if "failed_fit" in results else ()
+    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures, flagged)
+                                    + timing_line(results, timing))
     files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
     files += make_figures(experiment.name, summary, out)
     return results, summary, files

@@ -7,7 +7,9 @@ the metrics, posterior, prediction, ArviZ exports and data.  With an output fold
 * ``metrics.json`` — test metrics in original units (RMSE, test log-likelihood, coverage,
   or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity; a
   posterior of several chains (ensemble members, MCMC chains) adds ``members``, the
-  per-member and mixture metrics and the members' disagreement (:mod:`inference.members`);
+  per-member and mixture metrics and the members' disagreement (:mod:`inference.members`); the
+  trivial predictor's metrics, the ratios to it and ``failed_fit`` / ``failed_fit_reason``
+  (:mod:`inference.sanity`);
 * ``config.json`` — the spec, the resolved backend options and the data summary;
 * ``posterior/`` — the saved :class:`~inference.posterior.Posterior` (reload with
   :func:`inference.load_posterior`);
@@ -47,6 +49,7 @@ from inference.backends import BACKENDS, fit, get_backend, parse_config, resolve
 from inference.diagnostics import convergence_metrics, convergence_warning
 from inference.members import member_metrics
 from inference.metrics import evaluate
+from inference.sanity import fit_check, training_fit
 from inference.posterior import SamplePosterior, to_jsonable
 from inference.variational.pruning import PRUNE_MODES, prune
 
@@ -284,7 +287,10 @@ class Evaluation:
 def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
     """Predict ``data``'s test set once (``seed``), evaluate it and export what reports read.
 
-    Raises :class:`RunFailed` when the predictions are non-finite.  Used by :func:`execute` and
+    ``metrics`` also compare the prediction with the trivial predictor and the fit's own training
+    points (:func:`inference.sanity.fit_check`: ``trivial_*``, ratios, ``failed_fit`` and
+    ``failed_fit_reason``).  Raises :class:`RunFailed` when the predictions are non-finite.
+    Used by :func:`execute` and
     by reports of an in-memory posterior, so both hold the same numbers.
     """
     backend = posterior.info.get("backend", "the posterior")
@@ -305,17 +311,24 @@ def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
     y_train = data.y_train_original() if regression else data.y_train
     train_idata = posterior.to_arviz(data.x_train[index], y_train[index], seed=seed, include_weights=False)
     metrics.update(convergence_metrics(idata))
+    train_log_lik = torch.as_tensor(train_idata.log_likelihood["obs"].values)  # [chain, draw, n]
+    train_fit = training_fit(data.task, train_log_lik.reshape(-1, train_log_lik.shape[-1]), y_train[index],
+                             y_train)
+    metrics.update(fit_check(prediction, y_test, y_train, metrics, train=train_fit))
     return Evaluation(prediction, metrics, idata, train_idata, predict_seconds)
 
 
 def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: bool = True,
-            data: Optional[Dataset] = None, device: Optional[str] = None, fitted=None) -> RunResult:
+            data: Optional[Dataset] = None, device: Optional[str] = None, strict: bool = False,
+            fitted=None) -> RunResult:
     """Fit, evaluate and export one run; with ``out_dir`` also write its run folder.
 
     The output path, the spec and every backend option (names and types) are validated before
     the data are loaded or anything is fitted.  ``out_dir`` holding a run raises
     :class:`lab.store.StoreError` unless ``overwrite`` (then it is replaced whole, atomically).
-    Raises :class:`RunFailed` for an unusable posterior.  ``device`` (``"cpu"``, ``"cuda"``,
+    Raises :class:`RunFailed` for an unusable posterior, and with ``strict`` for a fit flagged
+    ``failed_fit`` (worse than the trivial predictor, :func:`inference.sanity.fit_check`; nothing is
+    written; without ``strict`` it is a ``RuntimeWarning``).  ``device`` (``"cpu"``, ``"cuda"``,
     ``"mps"``; checked first) is where the model is fitted and the data set is moved.  ``fitted``: the
     spec's posterior already fitted on ``data`` (by the stacked engine, :func:`inference.multifit.fit_many`,
     with :func:`build_model` and the resolved options), evaluated and written instead of fitting here.
@@ -345,6 +358,10 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     unmixed = convergence_warning(metrics)
     if unmixed:
         warnings.warn(f"{spec.backend}: {unmixed}", RuntimeWarning, stacklevel=2)
+    if metrics["failed_fit"]:
+        if strict:
+            raise RunFailed(f"{spec.backend}: failed fit (strict): {metrics['failed_fit_reason']}")
+        warnings.warn(f"{spec.backend}: failed fit: {metrics['failed_fit_reason']}", RuntimeWarning, stacklevel=2)
     if prune_report is not None:
         metrics["sparsity"] = float(prune_report["sparsity"])
     metrics.update(

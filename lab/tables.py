@@ -18,17 +18,20 @@ __all__ = ["summarise", "summary_markdown", "timing_line", "make_figures", "FIGU
 
 
 def summarise(results, group) -> "pd.DataFrame":
-    """Mean, standard error (sd / √n, ddof 1; NaN for n = 1) and n of every numeric column per group."""
+    """Mean, standard error (sd / √n, ddof 1; NaN for n = 1) and n of every numeric column per group,
+    and ``failed_fit``: the number of the group's runs flagged as failed fits (:mod:`inference.sanity`)."""
 
     group = [g for g in group if g in results.columns]
-    numeric = [c for c in results.columns
-               if c not in group and c not in ("seed", "split") and pd.api.types.is_numeric_dtype(results[c])]
+    numeric = [c for c in results.columns if c not in group and c not in ("seed", "split", "failed_fit")
+               and pd.api.types.is_numeric_dtype(results[c])]
     grouped = results.groupby(group, sort=False, dropna=False)[numeric]
     mean, sd, n = grouped.mean(), grouped.std(ddof=1), grouped.count()
     se = sd / n.pow(0.5)
     table = pd.concat({"mean": mean, "se": se}, axis=1)
     table.columns = [f"{metric}_{stat}" for stat, metric in table.columns]
     table.insert(0, "n", results.groupby(group, sort=False, dropna=False).size())
+    flags = results["failed_fit"].eq(True) if "failed_fit" in results else pd.Series(False, index=results.index)
+    table.insert(1, "failed_fit", flags.groupby([results[g] for g in group], sort=False, dropna=False).sum())
     return table.reset_index()
 
 
@@ -39,23 +42,27 @@ def _cell(mean, se) -> str:
     return text if se is None or math.isnan(se) else f"{text} ± {se:.2g}"
 
 
-def summary_markdown(experiment: Experiment, summary, failures: dict) -> str:
-    """The summary as a markdown table: group columns, n, ``mean ± se`` per metric, published columns."""
+def summary_markdown(experiment: Experiment, summary, failures: dict, flagged=()) -> str:
+    """The summary as a markdown table: group columns, n, ``mean ± se`` per metric, failed_fit (the
+    number of runs flagged), published columns; then the failed runs and the keys of the ``flagged`` runs."""
     group = [g for g in experiment.group if g in summary.columns]
     metrics = [m for m in experiment.metrics if f"{m}_mean" in summary.columns]
     rows = []
     for _, row in summary.iterrows():
         cells = [str(row[g]) for g in group] + [str(int(row["n"]))]
-        cells += [_cell(row[f"{m}_mean"], row[f"{m}_se"]) for m in metrics]
+        cells += [_cell(row[f"{m}_mean"], row[f"{m}_se"]) for m in metrics] + [str(int(row.get("failed_fit", 0)))]
         published = experiment.published(row.to_dict()) if experiment.published else {}
         rows.append(cells + list(published.values()))
     extra = list(experiment.published(summary.iloc[0].to_dict())) if experiment.published and len(summary) else []
-    header = group + ["n"] + metrics + extra
+    header = group + ["n"] + metrics + ["failed_fit"] + extra
     lines = [f"**{experiment.name}** — {experiment.description}. Mean ± standard error over splits/seeds.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     if failures:
         lines += ["", f"{len(failures)} run(s) failed (see failures.txt): " + ", ".join(sorted(failures))]
+    if len(flagged):
+        lines += ["", f"{len(flagged)} run(s) flagged failed_fit (worse than the trivial predictor or an exploding "
+                      f"predictive scale; failed_fit_reason in results.csv): " + ", ".join(sorted(flagged))]
     return "\n".join(lines) + "\n"
 
 

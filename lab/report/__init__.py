@@ -69,6 +69,9 @@ def render_run(run, data=None, seed: int = 0) -> str:
     ``Posterior`` with its ``data`` (a :class:`~zoo.data.Dataset`; test set predicted with ``seed``)."""
     run = as_run(run, data, seed)
     built = [_section(title, builder, run) for title, builder in RUN_SECTIONS]
+    if run.metrics.get("failed_fit"):  # the red line at the top: this run is worse than the trivial predictor
+        reason = run.metrics.get("failed_fit_reason")
+        built.insert(0, Section("Failed fit", note(f"Failed fit: {reason}", "error failed-fit")))
     return page(f"Posterior diagnostics: {run.name}", f"{run.title()} — {run.directory or 'in memory'}", built)
 
 
