@@ -1,6 +1,6 @@
 """SGLD, pSGLD and SGHMC as Pyro MCMC kernels for any Pyro model.
 
-``pyro.infer.MCMC(SGLD(model, step_size=1e-3), num_samples=2000, warmup_steps=500).run(x, y)``
+``pyro.infer.MCMC(SGLD(model), num_samples=2000, warmup_steps=500).run(x, y)``
 samples the model's continuous latent sites with the update rules of
 :mod:`inference.mcmc.sgmcmc` (one chain, ``C = 1``):
 
@@ -12,6 +12,12 @@ The kernels follow Pyro's kernel API as :class:`pyro.infer.mcmc.HMC` does: ``set
 starting point with a Pyro init strategy, ``sample(params)`` returns the next dict of
 *unconstrained* values and ``transforms`` maps each site to its unconstrained space
 (``biject_to(support).inv``), which :class:`pyro.infer.MCMC` inverts on its draws.
+
+**The default step size** (``step_size=None``) is chosen in ``setup`` at the start point by the
+rules of :mod:`inference.mcmc.sgmcmc_steps` (as the ``fit`` backends): the spectral radius λ of
+the Hessian of −log π̃ by power iteration on Hessian-vector products, with the likelihood on up
+to 16 minibatches drawn once and replayed (all data when no plate subsamples), and the
+minibatch ratio r = N/n read from the observed sites' scale.  Each chain chooses its own.
 
 **The gradient estimate.**  g = ∇_z log π̃(z) on the unconstrained space, from one trace of the
 model conditioned on the constrained values x = T⁻¹(z):
@@ -48,6 +54,10 @@ from pyro.poutine.subsample_messenger import _Subsample
 from torch.distributions import biject_to
 
 from .mcmc.sgmcmc import Kernel, StepSize, as_schedule, psgld, sghmc, sgld
+from .mcmc.sgmcmc_steps import (
+    CURVATURE_ROWS, PSGLD_WARM_START, hessian_operator, preconditioned, rms_preconditioner, sghmc_step_size,
+    sgld_step_size, spectral_radius,
+)  # fmt: skip
 
 __all__ = ["SGLD", "PSGLD", "SGHMC", "INIT_STRATEGIES"]
 
@@ -57,6 +67,7 @@ INIT_STRATEGIES = {
     "feasible": init_to_feasible, "sample": init_to_sample,
 }  # fmt: skip
 _MAX_INIT_TRIES = 100  # as pyro.infer.mcmc.util._find_valid_initial_params
+_MAX_CURVATURE_BATCHES = 16  # fixed minibatches whose mean Hessian gives the default step's curvature
 
 
 def _positive(name: str, value, upper: Optional[float] = None, closed: bool = False) -> float:
@@ -93,14 +104,19 @@ def _finite(state) -> bool:
 class _StochasticGradientKernel(MCMCKernel):
     """The Pyro side shared by the three kernels; subclasses give ``_build(value_and_grad)``."""
 
-    def __init__(self, model: Callable, step_size: StepSize, init_strategy: Union[str, Callable] = "uniform"):
+    def __init__(self, model: Callable, step_size: Optional[StepSize] = None, init_strategy: Union[str, Callable] = "uniform"):
         if not callable(model):
             raise ValueError(f"model must be a callable Pyro model, got {model!r}")
         self.model = model
-        as_schedule(step_size)  # ValueError naming step_size for a bad constant
+        self._default_step = step_size is None
+        if step_size is None:  # chosen by setup at the start point; a placeholder until then
+            step_size = math.nan
+        else:
+            as_schedule(step_size)  # ValueError naming step_size for a bad constant
         # a module-level partial, not as_schedule's lambda: Pyro pickles kernels for "spawn" workers
         self._schedule = step_size if callable(step_size) else partial(_constant, float(step_size))
-        _positive("step_size", self._schedule(0))  # a schedule must start positive too
+        if not self._default_step:
+            _positive("step_size", self._schedule(0))  # a schedule must start positive too
         if isinstance(init_strategy, str):
             if init_strategy not in INIT_STRATEGIES:
                 raise ValueError(f"unknown init_strategy {init_strategy!r}; valid: {', '.join(INIT_STRATEGIES)}")
@@ -113,6 +129,10 @@ class _StochasticGradientKernel(MCMCKernel):
     @abstractmethod
     def _build(self, value_and_grad) -> Kernel:
         """The :mod:`inference.mcmc.sgmcmc` kernel over ``value_and_grad`` (one chain)."""
+
+    @abstractmethod
+    def _default_step_size(self, hessian, z: torch.Tensor) -> float:
+        """The step rule of :mod:`inference.mcmc.sgmcmc_steps` at ``z`` ``[1, D]``, ``hessian`` that of −log π̃."""
 
     def _reset(self) -> None:
         self._state = None
@@ -130,13 +150,17 @@ class _StochasticGradientKernel(MCMCKernel):
 
     @property
     def step_size(self) -> float:
-        """ε_t of the next step (the schedule at the number of steps taken)."""
+        """ε_t of the next step (the schedule at the number of steps taken); NaN for a default step
+        size before ``setup`` has chosen it."""
         return self._schedule(self._state.step if self._state is not None else 0)
 
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
-        """Trace the model on ``(*args, **kwargs)``, find its latent sites and a finite start.
+        """Trace the model on ``(*args, **kwargs)``, find its latent sites and a finite start, and
+        choose the default step size there.
 
-        ``warmup_steps`` is not used: nothing is adapted, and :class:`pyro.infer.MCMC` drops the
+        ``warmup_steps``: with the default step size, the step is chosen again after them, at the
+        chain's state then (nearer the mode than an init strategy's start; for pSGLD with its
+        settled RMSprop average); nothing else is adapted, and :class:`pyro.infer.MCMC` drops the
         warm-up draws itself."""
         self._args, self._kwargs = args, kwargs
         trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
@@ -145,18 +169,31 @@ class _StochasticGradientKernel(MCMCKernel):
         if self._initial_params is not None:
             self._check_names(self._initial_params)
             self._start(self._pack(self._initial_params), "the given initial_params")
-            return
-        for _ in range(_MAX_INIT_TRIES):
-            z = self._pack({n: self.transforms[n](trace.nodes[n]["value"].detach()) for n in self._names})
-            if self._start(z, None):
-                self._initial_params = self._unpack(z[0])
-                return
-            trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
-        raise ValueError(f"no finite log density at {_MAX_INIT_TRIES} initial points from init_strategy")
+        else:
+            for _ in range(_MAX_INIT_TRIES):
+                z = self._pack({n: self.transforms[n](trace.nodes[n]["value"].detach()) for n in self._names})
+                if self._start(z, None):
+                    self._initial_params = self._unpack(z[0])
+                    break
+                trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
+            else:
+                raise ValueError(f"no finite log density at {_MAX_INIT_TRIES} initial points from init_strategy")
+        self._warmup_steps = warmup_steps
+        if self._default_step:
+            self._choose_step_size()
+
+    def _choose_step_size(self) -> None:
+        """The default step at the current state (the kernel's state does not depend on it)."""
+        z = self._state.z
+        step = self._default_step_size(hessian_operator(self._fixed_batch_potential(), z[0]), z)
+        self._schedule = partial(_constant, step)
+        self._kernel = self._build(self._value_and_grad)
 
     def sample(self, params: dict) -> dict:
         """One step; ``params`` (the previous call's result) is not read: the kernel keeps its own
         state, which also holds what ``params`` lacks (gradient, momentum, preconditioner)."""
+        if self._default_step and self._state.step == self._warmup_steps > 0:
+            self._choose_step_size()
         self._state = self._kernel.update(self._state, torch.default_generator)
         if not _finite(self._state):
             raise RuntimeError(
@@ -197,6 +234,29 @@ class _StochasticGradientKernel(MCMCKernel):
         self._num_observed = sum(
             site["value"].numel() * float(site["scale"]) for site in trace.nodes.values() if _is_data_site(site)
         )
+        self._batch_ratio = max([1.0] + [float(site["scale"]) for site in trace.nodes.values() if _is_data_site(site)])
+        self._plates = [site["fn"] for site in trace.nodes.values() if site["type"] == "sample" and isinstance(site["fn"], _Subsample)]
+
+    def _fixed_batch_potential(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """U(z) for ``z`` ``[D]`` with the likelihood on fixed minibatches: the mean of :meth:`potential_fn`
+        over up to ``_MAX_CURVATURE_BATCHES`` subsamples (together ≈ :data:`CURVATURE_ROWS` rows)
+        drawn once and replayed; the plain potential when no plate subsamples."""
+        plates = self._plates
+        if not plates:
+            return lambda z: self.potential_fn(self._unpack(z))
+        size, batch = plates[0].size, plates[0].subsample_size or plates[0].size
+        models = []
+        for _ in range(min(_MAX_CURVATURE_BATCHES, math.ceil(min(size, CURVATURE_ROWS) / batch))):
+            drawn = poutine.trace(self.model).get_trace(*self._args, **self._kwargs)
+            keep = poutine.Trace()
+            for name, site in drawn.nodes.items():
+                if site["type"] == "sample" and isinstance(site["fn"], _Subsample):
+                    keep.add_node(name, **site)
+            models.append(poutine.replay(self.model, trace=keep))
+        return lambda z: sum(self.potential_fn(self._unpack(z), model) for model in models) / len(models)
+
+    def _radius(self, operator, z: torch.Tensor) -> float:
+        return spectral_radius(operator, torch.randn_like(z[0]))
 
     def _check_names(self, params: dict) -> None:
         unknown, missing = set(params) - set(self._names), set(self._names) - set(params)
@@ -216,11 +276,12 @@ class _StochasticGradientKernel(MCMCKernel):
         sizes = [self._shapes[n].numel() for n in self._names]
         return {n: v.reshape(self._shapes[n]) for n, v in zip(self._names, z.split(sizes))}
 
-    def potential_fn(self, params: dict) -> torch.Tensor:
-        """U = −log π̃ (a scalar) at unconstrained values by site, on one trace of the model: one
-        stochastic estimate, with a fresh minibatch where the model subsamples a plate."""
+    def potential_fn(self, params: dict, model: Optional[Callable] = None) -> torch.Tensor:
+        """U = −log π̃ (a scalar) at unconstrained values by site, on one trace of the model (or of
+        ``model``, e.g. the model replaying fixed subsamples): one stochastic estimate, with a
+        fresh minibatch where the model subsamples a plate."""
         values = {n: self.transforms[n].inv(u) for n, u in params.items()}
-        trace = poutine.trace(poutine.condition(self.model, values)).get_trace(*self._args, **self._kwargs)
+        trace = poutine.trace(poutine.condition(model or self.model, values)).get_trace(*self._args, **self._kwargs)
         log_density = trace.log_prob_sum()
         for n, u in params.items():
             log_density = log_density - self.transforms[n].log_abs_det_jacobian(values[n], u).sum()
@@ -260,6 +321,9 @@ class SGLD(_StochasticGradientKernel):
     def _build(self, value_and_grad) -> Kernel:
         return sgld(value_and_grad, self._schedule)
 
+    def _default_step_size(self, hessian, z: torch.Tensor) -> float:
+        return sgld_step_size(self._radius(hessian, z), self._batch_ratio)
+
 
 class PSGLD(_StochasticGradientKernel):
     """Preconditioned SGLD with the RMSprop preconditioner (Li et al. 2016, Alg. 1, Γ omitted).
@@ -271,7 +335,7 @@ class PSGLD(_StochasticGradientKernel):
     """
 
     def __init__(
-        self, model: Callable, step_size: StepSize, rms_decay: float = 0.99, rms_damping: float = 1e-5,
+        self, model: Callable, step_size: Optional[StepSize] = None, rms_decay: float = 0.99, rms_damping: float = 1e-5,
         num_data: Optional[int] = None, init_strategy: Union[str, Callable] = "uniform",
     ):  # fmt: skip
         super().__init__(model, step_size, init_strategy)
@@ -280,8 +344,19 @@ class PSGLD(_StochasticGradientKernel):
         self.num_data = None if num_data is None else _positive("num_data", num_data)
 
     def _build(self, value_and_grad) -> Kernel:
-        num_data = self.num_data if self.num_data is not None else max(self._num_observed, 1.0)
-        return psgld(value_and_grad, self._schedule, num_data, self.rms_decay, self.rms_damping)
+        return psgld(value_and_grad, self._schedule, self._num_data(), self.rms_decay, self.rms_damping, self._warm_start())
+
+    def _num_data(self) -> float:
+        return self.num_data if self.num_data is not None else max(self._num_observed, 1.0)
+
+    def _warm_start(self) -> int:
+        return 1 if self._batch_ratio == 1 else PSGLD_WARM_START
+
+    def _default_step_size(self, hessian, z: torch.Tensor) -> float:
+        """SGLD's rule on G^{1/2} H G^{1/2}, G from the kernel's RMSprop average."""
+        square_avg = self._state.square_avg[0]
+        return sgld_step_size(self._radius(preconditioned(hessian, rms_preconditioner(square_avg, self.rms_damping)), z),
+                              self._batch_ratio)  # fmt: skip
 
 
 class SGHMC(_StochasticGradientKernel):
@@ -292,7 +367,7 @@ class SGHMC(_StochasticGradientKernel):
     """
 
     def __init__(
-        self, model: Callable, step_size: StepSize, friction: float = 0.1,
+        self, model: Callable, step_size: Optional[StepSize] = None, friction: float = 0.1,
         init_strategy: Union[str, Callable] = "uniform",
     ):  # fmt: skip
         super().__init__(model, step_size, init_strategy)
@@ -300,3 +375,6 @@ class SGHMC(_StochasticGradientKernel):
 
     def _build(self, value_and_grad) -> Kernel:
         return sghmc(value_and_grad, self._schedule, self.friction)
+
+    def _default_step_size(self, hessian, z: torch.Tensor) -> float:
+        return sghmc_step_size(self._radius(hessian, z), self._batch_ratio, self.friction)

@@ -18,6 +18,8 @@ import torch
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit
 from inference.backends.sgmcmc import CyclicalConfig, CyclicalSGMCMCBackend, SGLDBackend, SGLDConfig
+from inference.mcmc.sgmcmc import sghmc, sgld
+from inference.mcmc.sgmcmc_steps import VARIANCE_INFLATION, sghmc_step_size, sgld_step_size, spectral_radius
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 COMMON = {"batch_size": None, "init": "current"}
@@ -54,6 +56,89 @@ def test_kernel_recovers_conjugate_posterior(conjugate_regression, case):
     assert float(rhat) < 1.01
     shape = (CASES[case]["num_chains"], CASES[case]["num_samples"])
     assert post.sample_stats["lp"].shape == post.sample_stats["step_size"].shape == shape
+
+
+# the default step sizes (inference.mcmc.sgmcmc_steps) on N = 500 rows in minibatches of 50 (r = 10):
+# the rule keeps the stationary sd along the stiffest direction within 5 % (precision eigenvalues
+# ≈ 1 700–2 300 here, so every direction within 5 %); ε λ_max ≈ 0.04 makes the slowest
+# direction's autocorrelation time ≈ 130 steps, so 32 chains × 1 000 steps give an MC error of
+# the mean ≈ 0.06 sd and of the sd ≈ 5 %.  Over seeds 0–2 the means were within 0.15 sd and the
+# sds within 9 % (sgld, psgld, sghmc).
+DEFAULT_STEP_RUN = {"batch_size": 50, "map_steps": 300, "num_chains": 32, "warmup_steps": 500, "num_samples": 250, "thin": 4}
+
+
+@pytest.mark.parametrize("backend", ["sgld", "psgld", "sghmc"])
+def test_default_step_size_recovers_the_posterior_from_minibatches(backend):
+    data = make_conjugate_regression(n=500)
+    post = fit(linear_bnn(data), data.x, data.y, backend=backend, seed=0, progress=False, **DEFAULT_STEP_RUN)
+    draws = flat_linear_draws(post.sample_params())
+    assert ((draws.mean(0) - data.post_mean).abs() / data.post_sd).max() < 0.2
+    ratio = draws.std(0) / data.post_sd
+    assert 0.8 < ratio.min() and ratio.max() < 1.3
+    rule = post.info["step_size_rule"]
+    assert rule["batch_ratio"] == 10 and rule["curvature_rows"] == 500
+    assert post.info["config"]["step_size"] == rule["step_size"]
+    if backend != "psgld":  # the curvature of the N/n-scaled potential is the posterior precision's largest eigenvalue
+        largest = float(torch.linalg.eigvalsh(torch.linalg.inv(data.post_cov.double())).max())
+        assert math.isclose(rule["curvature"], largest, rel_tol=1e-3)
+
+
+@pytest.mark.parametrize("batch_ratio", [1.0, 10.0])
+@pytest.mark.parametrize("name", ["sgld", "sghmc-0.1", "sghmc-1.0"])
+def test_step_rule_gives_the_stated_variance_on_a_gaussian(name, batch_ratio):
+    """On N(0, 1/λ) with gradient noise of variance (r − 1)λ (a minibatch ratio r under the
+    information equality), the kernel at the rule's step has stationary variance f/λ.  2048
+    chains × 1 500 steps after 1 500 of burn-in (≥ 20 relaxation times): MC error ≈ 1 %."""
+    lam, f = 50.0, VARIANCE_INFLATION
+    noise = torch.Generator().manual_seed(1)
+
+    def gaussian(z):
+        extra = math.sqrt((batch_ratio - 1) * lam) * torch.randn(z.shape, generator=noise, dtype=z.dtype)
+        return -0.5 * lam * (z * z).sum(-1), -lam * z + extra
+
+    if name == "sgld":
+        kernel = sgld(gaussian, sgld_step_size(lam, batch_ratio))
+    else:
+        friction = float(name.split("-")[1])
+        kernel = sghmc(gaussian, sghmc_step_size(lam, batch_ratio, friction), friction)
+    generator = torch.Generator().manual_seed(0)
+    state = kernel.init(torch.zeros(2048, 1, dtype=torch.float64))
+    total = 0.0
+    for t in range(3000):
+        state = kernel.update(state, generator)
+        if t >= 1500:
+            total += float((state.z * state.z).mean())
+    assert abs(total / 1500 * lam / f - 1) < 0.04
+
+
+def test_step_rule_refuses_a_flat_or_non_finite_curvature():
+    with pytest.raises(ValueError, match="give step_size explicitly"):
+        sgld_step_size(0.0, 1.0)
+    with pytest.raises(ValueError, match="give step_size explicitly"):
+        spectral_radius(lambda v: v * float("nan"), torch.ones(3))
+    with pytest.raises(ValueError, match="batch_ratio"):
+        sghmc_step_size(1.0, 0.5, 0.1)
+    assert spectral_radius(torch.zeros_like, torch.ones(3)) == 0.0
+    assert math.isclose(spectral_radius(lambda v: torch.tensor([-5.0, 2.0]) * v, torch.ones(2)), 5.0, rel_tol=1e-4)
+
+
+def test_a_given_step_size_is_used_as_given(conjugate_regression):
+    data = conjugate_regression
+    post = fit(linear_bnn(data), data.x, data.y, backend="sghmc", seed=0, progress=False, init="current",
+               num_chains=2, warmup_steps=0, num_samples=5, thin=1, step_size=3e-4)  # fmt: skip
+    assert "step_size_rule" not in post.info and post.info["config"]["step_size"] == 3e-4
+    assert bool((post.sample_stats["step_size"] == 3e-4).all())
+
+
+def test_cyclical_default_peak_follows_its_rule():
+    """The peak α₀ keeps the sampling phase (from β on) within SGLD's rule and the exploration at
+    half the SGD limit: with a full batch the exploration bound 1/λ is the smaller one."""
+    data = make_conjugate_regression(n=500)
+    largest = float(torch.linalg.eigvalsh(torch.linalg.inv(data.post_cov.double())).max())
+    for batch_size, expected in ((None, 1 / largest), (50, sgld_step_size(largest, 10) / 2 / ((math.cos(0.8 * math.pi) + 1) / 2))):
+        post = fit(linear_bnn(data), data.x, data.y, backend="csgmcmc", seed=0, progress=False, init="current",
+                   batch_size=batch_size, num_chains=2, num_samples=4, num_cycles=2, thin=1)  # fmt: skip
+        assert math.isclose(post.info["config"]["step_size"], expected, rel_tol=1e-3)
 
 
 def test_minibatch_sgld_is_close_to_the_posterior(conjugate_regression):

@@ -12,6 +12,12 @@ SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020) with the loop of
 * ``sgld`` / ``psgld`` / ``sghmc``: ``warmup_steps`` burn-in steps, then ``num_samples``
   draws ``thin`` steps apart; step size ε_t = ε₀ (1 + t/b)^−γ (``step_size`` ε₀,
   ``step_offset`` b, ``step_decay`` γ), Welling & Teh 2011's a (b + t)^−γ.
+
+``step_size=None`` (the default) sets ε₀ / η / α₀ from the curvature at the start point
+(:mod:`inference.mcmc.sgmcmc_steps`): the spectral radius λ of the Hessian of −log π̃ on up to
+:data:`CURVATURE_ROWS` training rows (scaled by N/m), by power iteration on Hessian-vector
+products, and the rule of each sampler for the minibatch ratio r = N/n; ``info["step_size_rule"]``
+records λ, r and the step.
 * ``csgmcmc``: ``num_cycles`` cosine cycles of ``cycle_length`` steps; ``num_samples /
   num_cycles`` draws ``thin`` steps apart from the end of each cycle's sampling phase.
 
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterator, Optional
 
 import pyro
@@ -30,6 +36,10 @@ import torch
 
 from ..mcmc.driver import run_chains, thinned
 from ..mcmc.sgmcmc import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
+from ..mcmc.sgmcmc_steps import (
+    CURVATURE_ROWS, PSGLD_WARM_START, cyclical_step_size, hessian_operator, preconditioned, rms_preconditioner, sghmc_step_size, sgld_step_size,
+    spectral_radius,
+)  # fmt: skip
 from ..posterior import SamplePosterior
 from ..batches import LoaderBatches, loader_info
 from ..potential import INIT_STRATEGIES, Potential, endless_batches, frozen_deterministic, initial_point
@@ -56,22 +66,26 @@ class SGMCMCConfig:
         num_chains: chains run side by side (vectorised; they share minibatches).
         num_samples: draws kept per chain.
         thin: steps between kept draws.
-        step_size: the kernel's (initial) step size ε₀ / η / α₀.
+        step_size: the kernel's (initial) step size ε₀ / η / α₀; ``None``: from the curvature at
+            the start point (the module docstring, docs/mcmc.md "SG-MCMC step sizes").
         batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
             Unused when fitting from a DataLoader (its batches are used).
         init: ``"map"`` (quick Adam MAP fit first) or ``"current"`` (the network's weights).
         map_steps / map_lr: the MAP fit's full-batch Adam steps (a DataLoader's batches when
-            fitting from one) and learning rate.
+            fitting from one) and learning rate.  A step size right for the stiffest direction
+            hardly moves the flat ones (energy's noise precision would relax over ~10⁵ steps), so
+            the start sets the noise level: after 1000 steps it was still 95 (prior median 69),
+            after 3000 the overfitted ~1 500 (docs/mcmc.md, "SG-MCMC step sizes").
         init_jitter: sd of the Gaussian jitter added to each chain's start.
     """
 
     num_chains: int = 4
     num_samples: int = 200
     thin: int = 10
-    step_size: float = 1e-4
+    step_size: Optional[float] = None
     batch_size: Optional[int] = 32
     init: str = "map"
-    map_steps: int = 1000
+    map_steps: int = 2000
     map_lr: float = 0.01
     init_jitter: float = 0.01
 
@@ -83,6 +97,8 @@ class SGMCMCConfig:
             if int(getattr(self, name, 0)) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         for name in ("step_size", "map_lr"):
+            if name == "step_size" and self.step_size is None:
+                continue
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)}")
@@ -114,7 +130,6 @@ class SGLDConfig(SGMCMCConfig):
 class PSGLDConfig(SGLDConfig):
     """pSGLD: SGLD's options and the RMSprop preconditioner's decay α and damping λ."""
 
-    step_size: float = 1e-3
     rms_decay: float = 0.99
     rms_damping: float = 1e-5
 
@@ -130,7 +145,6 @@ class PSGLDConfig(SGLDConfig):
 class SGHMCConfig(SGLDConfig):
     """SGHMC: SGLD's schedule options (default constant, γ = 0) and the friction α ∈ (0, 1]."""
 
-    step_size: float = 1e-5
     step_decay: float = 0.0
     friction: float = 0.1
 
@@ -147,11 +161,10 @@ class CyclicalConfig(SGMCMCConfig):
     ``num_samples / M`` draws ``thin`` steps apart in the sampling phase).
 
     ``step_size`` α₀ is the peak of the cosine schedule, taken by the exploration phase's plain
-    SGD steps on the N-scaled potential; its default 1e-5 is small because larger peaks throw
-    a small MLP with learned noise into regions where the noise precision collapses
-    (measurements in docs/mcmc.md)."""
+    SGD steps on the N-scaled potential; by default the largest peak whose sampling phase meets
+    the inner kernel's step rule and whose exploration stays at half its stability limit
+    (:func:`~inference.mcmc.sgmcmc_steps.cyclical_step_size`)."""
 
-    step_size: float = 1e-5
     num_cycles: int = 4
     exploration: float = 0.8
     kernel: str = "sgld"
@@ -207,6 +220,38 @@ class SGMCMCBackend(Backend):
     def kernel(self, value_and_grad: Callable, config, num_data: int) -> Kernel:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def default_step_size(self, config, hessian: Callable, curvature: Callable, batch_ratio: float, **start) -> float:
+        """The step rule of :mod:`inference.mcmc.sgmcmc_steps` for this sampler; ``curvature(operator)``
+        is the spectral radius of an operator, ``hessian`` that of −log π̃ at the start point."""
+        return sgld_step_size(curvature(hessian), batch_ratio)
+
+    def _choose_step_size(self, config, potential, z0, estimate, loader, generator):
+        """``config`` with the default step size filled in, and the record of how it was chosen."""
+        if loader is None:
+            n = potential.num_data if config.batch_size is None else min(config.batch_size, potential.num_data)
+            rows = None if potential.num_data <= CURVATURE_ROWS else torch.randperm(potential.num_data, generator=generator)[:CURVATURE_ROWS]
+            x, y = (potential.x, potential.y) if rows is None else (potential.x[rows], potential.y[rows])
+        else:  # the loader's first batches, up to CURVATURE_ROWS rows
+            batches = []
+            for batch in loader.epoch(generator):
+                batches.append(batch)
+                if sum(b[0].shape[0] for b in batches) >= CURVATURE_ROWS:
+                    break
+            n = batches[0][0].shape[0]
+            x, y = (torch.cat([b[i] for b in batches]) for i in (0, 1))
+        batch_ratio = potential.num_data / n
+        hessian = hessian_operator(lambda z: -potential.batch_log_density(z.unsqueeze(0), x, y).squeeze(0), z0)
+        radii = []
+
+        def curvature(operator):
+            start = torch.randn(z0.shape, generator=generator).to(z0)
+            radii.append(spectral_radius(operator, start))
+            return radii[-1]
+
+        step = self.default_step_size(config, hessian, curvature, batch_ratio, z=z0, estimate=estimate, num_data=potential.num_data)
+        record = {"curvature": radii[-1], "batch_ratio": batch_ratio, "step_size": step, "curvature_rows": x.shape[0]}
+        return replace(config, step_size=step), record
+
     def num_iterations(self, config) -> int:
         return config.warmup_steps + config.num_samples * config.thin
 
@@ -224,10 +269,15 @@ class SGMCMCBackend(Backend):
         z = z0 + (config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)).to(z0)
         if loader is None:
             indices = _endless_batches(potential.num_data, config.batch_size, generator)
-            kernel = self.kernel(lambda z: potential.value_and_grad(z, next(indices)), config, potential.num_data)
+            estimate = lambda z: potential.value_and_grad(z, next(indices))  # noqa: E731
         else:
             batches = endless_batches(loader, generator)
-            kernel = self.kernel(lambda z: potential.batch_value_and_grad(z, *next(batches)), config, potential.num_data)
+            estimate = lambda z: potential.batch_value_and_grad(z, *next(batches))  # noqa: E731
+        step_record = {}
+        if config.step_size is None:
+            with frozen_deterministic(bnn):
+                config, step_record = self._choose_step_size(config, potential, z0, estimate, loader, generator)
+        kernel = self.kernel(estimate, config, potential.num_data)
         info = {
             "backend": self.name,
             "config": asdict(config),
@@ -238,6 +288,8 @@ class SGMCMCBackend(Backend):
             **init_record,
             **loader_info(x),
         }
+        if step_record:
+            info["step_size_rule"] = step_record
 
         def posterior(draws, stats, num_kept: int, last_z) -> SamplePosterior:
             info["fit_seconds"] = time.perf_counter() - started
@@ -291,7 +343,15 @@ class PSGLDBackend(SGMCMCBackend):
     Config = PSGLDConfig
 
     def kernel(self, value_and_grad, config, num_data):
-        return psgld(value_and_grad, _decay(config), num_data, config.rms_decay, config.rms_damping)
+        warm_start = 1 if config.batch_size is None else PSGLD_WARM_START
+        return psgld(value_and_grad, _decay(config), num_data, config.rms_decay, config.rms_damping, warm_start)
+
+    def default_step_size(self, config, hessian, curvature, batch_ratio, z, estimate, num_data):
+        """SGLD's rule on G^{1/2} H G^{1/2}, G from the mean ḡ⊙ḡ of minibatch gradients at the start."""
+        warm_start = 1 if batch_ratio == 1 else PSGLD_WARM_START
+        square_avg = sum((estimate(z.unsqueeze(0))[1][0] / num_data).square() for _ in range(warm_start)) / warm_start
+        precond = rms_preconditioner(square_avg, config.rms_damping)
+        return sgld_step_size(curvature(preconditioned(hessian, precond)), batch_ratio)
 
 
 class SGHMCBackend(SGMCMCBackend):
@@ -300,6 +360,9 @@ class SGHMCBackend(SGMCMCBackend):
 
     def kernel(self, value_and_grad, config, num_data):
         return sghmc(value_and_grad, _decay(config), config.friction)
+
+    def default_step_size(self, config, hessian, curvature, batch_ratio, **start):
+        return sghmc_step_size(curvature(hessian), batch_ratio, config.friction)
 
 
 class CyclicalSGMCMCBackend(SGMCMCBackend):
@@ -310,6 +373,9 @@ class CyclicalSGMCMCBackend(SGMCMCBackend):
 
     def kernel(self, value_and_grad, config, num_data):
         return cyclical(value_and_grad, config.step_size, config.length, config.exploration, config.kernel, config.friction)
+
+    def default_step_size(self, config, hessian, curvature, batch_ratio, **start):
+        return cyclical_step_size(curvature(hessian), batch_ratio, config.exploration, config.kernel, config.friction)
 
     def num_iterations(self, config) -> int:
         return config.num_cycles * config.length

@@ -11,7 +11,7 @@ to explore.  ``step_size`` is a float or a schedule ``t -> ε_t`` (t = steps tak
 
 * :func:`sgld` — Welling & Teh 2011, eq. 4: z ← z + (ε_t/2) g + √ε_t ξ.
 * :func:`psgld` — Li et al. 2016, Alg. 1: V ← αV + (1−α) ḡ⊙ḡ with ḡ = g/N (V starts at the
-  first ḡ⊙ḡ), G = 1 ⊘ (λ + √V), z ← z + (ε_t/2) G⊙g + √(ε_t G) ξ; the Γ(θ) correction is
+  mean ḡ⊙ḡ of ``warm_start`` estimates at the start), G = 1 ⊘ (λ + √V), z ← z + (ε_t/2) G⊙g + √(ε_t G) ξ; the Γ(θ) correction is
   omitted, as the authors recommend (its bias vanishes as α → 1).
 * :func:`sghmc` — Chen et al. 2014, eq. 15 with M = I and β̂ = 0: v ← (1−α) v + η g +
   √(2αη) ξ, z ← z + v (``step_size`` η, ``friction`` α); this is Chen et al.'s
@@ -24,11 +24,12 @@ to explore.  ``step_size`` is a float or a schedule ``t -> ε_t`` (t = steps tak
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional, Union
+from typing import Callable, NamedTuple, Union
 
 import torch
 
 from .metrics import random_like
+from .sgmcmc_steps import rms_preconditioner
 
 __all__ = [
     "Kernel", "StepSize", "SGLDState", "PSGLDState", "SGHMCState", "sgld", "psgld", "sghmc", "cyclical",
@@ -80,13 +81,13 @@ class SGLDState(NamedTuple):
 
 
 class PSGLDState(NamedTuple):
-    """:class:`SGLDState` and ``square_avg`` V ``[C, D]`` (``None`` before the first step)."""
+    """:class:`SGLDState` and ``square_avg`` V ``[C, D]`` (the RMSprop average)."""
 
     z: torch.Tensor
     log_density: torch.Tensor
     grad: torch.Tensor
     step: int
-    square_avg: Optional[torch.Tensor]
+    square_avg: torch.Tensor
 
 
 class SGHMCState(NamedTuple):
@@ -120,22 +121,29 @@ def sgld(value_and_grad: ValueAndGrad, step_size: StepSize) -> Kernel:
     return Kernel(init, update, schedule)
 
 
-def psgld(value_and_grad: ValueAndGrad, step_size: StepSize, num_data: int, rms_decay: float = 0.99, rms_damping: float = 1e-5) -> Kernel:
+def psgld(
+    value_and_grad: ValueAndGrad, step_size: StepSize, num_data: int, rms_decay: float = 0.99, rms_damping: float = 1e-5,
+    warm_start: int = 1,
+) -> Kernel:
     """Preconditioned SGLD with the RMSprop preconditioner (Li et al. 2016, Alg. 1, Γ omitted).
 
     ``num_data`` N turns the N-scaled gradient into the mean gradient ḡ = g/N of the preconditioner.
+    V starts at the mean ḡ⊙ḡ of ``warm_start`` gradient estimates at the start (1: the first
+    one's; more with minibatches, where one estimate's ḡ⊙ḡ is noisy — a coordinate whose first
+    minibatch gradient is near zero would otherwise get a huge step until V has averaged).
     """
     schedule = as_schedule(step_size)
 
     def init(z: torch.Tensor) -> PSGLDState:
-        return PSGLDState(z, *value_and_grad(z), 0, None)
+        log_density, grad = value_and_grad(z)
+        square_avg = sum((g / num_data).square() for g in [grad] + [value_and_grad(z)[1] for _ in range(warm_start - 1)])
+        return PSGLDState(z, log_density, grad, 0, square_avg / warm_start)
 
     def update(state: PSGLDState, generator: torch.Generator, noise: bool = True) -> PSGLDState:
         eps = schedule(state.step)
         mean_grad = state.grad / num_data
-        sq = mean_grad * mean_grad
-        v = sq if state.square_avg is None else rms_decay * state.square_avg + (1 - rms_decay) * sq
-        precond = 1.0 / (rms_damping + v.sqrt())
+        v = rms_decay * state.square_avg + (1 - rms_decay) * mean_grad * mean_grad
+        precond = rms_preconditioner(v, rms_damping)
         z = state.z + (0.5 * eps) * precond * state.grad
         if noise:
             z = z + (eps * precond).sqrt() * _noise(z, generator)
