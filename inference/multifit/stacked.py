@@ -48,7 +48,8 @@ class StackedBatches:
         self.num_fits, self.num_data = x.shape[0], x.shape[1]
         self.batch_size = None if batch_size is None or batch_size >= self.num_data else int(batch_size)
         self.steps_per_epoch = math.ceil(self.num_data / (self.batch_size or self.num_data))
-        self._rows = torch.arange(self.num_fits, device=x.device).unsqueeze(1)
+        self._offsets = (torch.arange(self.num_fits, device=x.device) * self.num_data).unsqueeze(1)
+        self._flat_x, self._flat_y = x.reshape(-1, *x.shape[2:]), y.reshape(-1, *y.shape[2:])
 
     def orders(self) -> torch.Tensor:
         """``[K, N]`` row orders of one epoch (advances each fit's generator as one fit's epoch does)."""
@@ -61,10 +62,12 @@ class StackedBatches:
         if self.batch_size is None:
             yield self.x, self.y
             return
-        order = self.orders()
+        order = self.orders() + self._offsets  # rows of the flattened [K·N, ...] data
         for start in range(0, self.num_data, self.batch_size):
             index = order[:, start:start + self.batch_size]
-            yield self.x[self._rows, index], self.y[self._rows, index]
+            rows = index.reshape(-1)
+            yield (self._flat_x.index_select(0, rows).reshape(*index.shape, *self.x.shape[2:]),
+                   self._flat_y.index_select(0, rows).reshape(*index.shape, *self.y.shape[2:]))
 
 
 def stacked_forward(bnn) -> Callable:

@@ -30,7 +30,7 @@ from dataclasses import asdict
 import pyro
 import torch
 import torch.nn.functional as F
-from torch.distributions import Normal, biject_to
+from torch.distributions import biject_to
 
 from ..guides import build_guide
 from ..latent_fit import fit_latents
@@ -40,6 +40,8 @@ from ..variational.latents import normal_prior_params
 from .stacked import StackedBatches, run_stacked_loop, stacked_forward
 
 __all__ = ["fit_svi_stacked", "pretrain_stacked"]
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -> list:
@@ -148,7 +150,8 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
             u = torch.addcmul(locs[n], scale, noise[n])
             transform = biject_to(prior.support)
             z = transform(u)
-            log_q = Normal(locs[n], scale).log_prob(u).reshape(count, -1).sum(1) \
+            # log N(u | μ, σ) at u = μ + σ ε is −ε²/2 − log σ − log √(2π)
+            log_q = (-0.5 * noise[n] * noise[n] - torch.log(scale) - _HALF_LOG_2PI).reshape(count, -1).sum(1) \
                 - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
             kl = kl + log_q - prior.log_prob(z).reshape(count, -1).sum(1)
             latent_values[n] = z
