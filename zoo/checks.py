@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .architectures import MLP
+from .architectures import MLP, LeNet300100
 from .data.checks import check_finite_array
 
 __all__ = ["as_tensor", "check_input", "check_targets", "check_dataset", "input_spec", "InputSpec", "check_count",
@@ -85,7 +85,7 @@ class InputSpec:
     Attributes:
         source: what the expectation was read from, e.g. ``"MLP(input_dim=1)"``.
         tokens: integer token ids (an embedding first) instead of real numbers.
-        features: the number of features, or ``None`` when not fixed.
+        features: the number of features (``None`` for tokens).
         flat: ``features`` counts all entries of a row (the network flattens ``[N, ...]``);
             otherwise it is the size of dimension ``feature_dim``.
         feature_dim: the dimension holding the features when not ``flat`` (``-1``, or ``1``
@@ -108,7 +108,7 @@ class InputSpec:
             return f"[N, {self.features}]"
         if self.feature_dim == 1:
             return f"[N, {self.features}, ...] ({self.features} channels)"
-        return f"[N, ..., {self.features}]" if self.dims != (2,) else f"[N, {self.features}]"
+        return f"[N, ..., {self.features}]"
 
     def check(self, x: torch.Tensor, name: str) -> None:
         """Raise a ``ValueError`` naming ``name`` if ``x`` does not have this layout."""
@@ -120,8 +120,6 @@ class InputSpec:
             if x.is_floating_point():
                 raise ValueError(f"{name} has dtype {x.dtype}; {expect}")
             return
-        if self.features is None:
-            return
         given = int(np.prod(x.shape[1:])) if self.flat else int(x.shape[self.feature_dim])
         if given != self.features:
             what = "entries per row" if self.flat and x.dim() > 2 else "channels" if self.feature_dim == 1 else "features"
@@ -132,11 +130,13 @@ class InputSpec:
 def input_spec(net: nn.Module) -> Optional[InputSpec]:
     """The inputs ``net`` takes, read from its structure where that is certain, else ``None``.
 
-    Known: the zoo's :class:`~zoo.architectures.MLP` family (flattened rows of ``input_dim``
-    features), and ``torch.nn`` ``Linear`` / ``Bilinear``-free ``Sequential`` stacks that begin
-    with ``Linear``, ``Flatten`` + ``Linear``, ``Conv1d/2d/3d`` or ``Embedding``.
+    Known: the zoo's :class:`~zoo.architectures.MLP` and :class:`~zoo.architectures.LeNet300100`
+    (flattened rows of ``input_dim`` features; not subclasses, whose forward may differ), and the
+    ``torch.nn`` layers ``Linear``, ``Conv1d/2d/3d`` and ``Embedding``, alone or first in a
+    ``Sequential`` (``Flatten`` + ``Linear`` counts flattened rows).  Other networks: ``None``, and
+    :func:`check_input` relies on a forward pass.
     """
-    if isinstance(net, MLP):
+    if type(net) in (MLP, LeNet300100):
         return InputSpec(f"{type(net).__name__}(input_dim={net.input_dim})", features=net.input_dim, flat=True)
     if type(net) is nn.Sequential:
         children = list(net.children())

@@ -103,13 +103,15 @@ def parse_config(backend: Backend, options: dict):
             return " or ".join(expected(a) for a in args)
         if origin is typing.Literal:
             return "one of " + ", ".join(repr(a) for a in args)
-        names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", dict: "a dict",
+        names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a dict",
                  list: "a list", tuple: "a tuple", type(None): "null (None)"}
         return names.get(hint, getattr(hint, "__name__", str(hint)))
 
     typed = {}
     for name, value in options.items():
         ok, typed[name] = coerce(value, hints.get(name, typing.Any))
+        if not ok and isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"option {name!r} of backend {backend.name!r} must be a finite number, got {value!r}")
         if not ok:
             raise ValueError(
                 f"option {name!r} of backend {backend.name!r} must be {expected(hints[name])}, "
