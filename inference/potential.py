@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 import types
 import warnings
 from dataclasses import dataclass
@@ -43,8 +44,9 @@ from torch.func import grad_and_value
 from tqdm.auto import tqdm
 
 from .batches import LoaderBatches
+from .lean_adam import LeanAdam
 
-__all__ = ["Potential", "initial_point", "endless_batches", "epoch_log_density", "frozen_deterministic", "compiled",
+__all__ = ["Potential", "initial_point", "PlateauStop", "endless_batches", "epoch_log_density", "frozen_deterministic", "compiled",
            "INIT_STRATEGIES"]
 
 INIT_STRATEGIES = ("map", "current")
@@ -255,39 +257,45 @@ def _map_batch_loss(potential: Potential, z: torch.Tensor, x: torch.Tensor, y: t
     return -potential.batch_log_density(z.unsqueeze(0), x, y).squeeze(0) / potential.num_data
 
 
-def _adam_map_step(potential: Potential, lr: float, num_steps: int, z, m, v, t):
-    """One Adam step (Kingma & Ba 2015, with ``torch.optim.Adam``'s defaults β = (0.9, 0.999), ε = 10⁻⁸)
-    on −log π(z)/N at the cosine-annealed rate of step ``t`` (0-based, a 0-d tensor) out of
-    ``num_steps``, from ``lr`` down to ``lr``/10 (``CosineAnnealingLR``'s closed form).
+#: the converging MAP start (``tol`` > 0): window of steps whose mean loss is compared, windows without
+#: an improvement before the rate is halved, and halvings before the fit counts as converged
+MAP_WINDOW, MAP_PATIENCE, MAP_HALVINGS = 100, 2, 5
 
-    Returns ``(loss at z, z', m', v', t + 1)``: the whole step is one function of tensors, so it
-    compiles into one call (the optimizer and scheduler objects cost far more than the gradient
-    of a small network).
+
+class PlateauStop:
+    """Convergence of a noisy descent: the learning rate halves on a plateau, the fit stops after
+    ``halvings`` of them.
+
+    Every ``window`` steps the mean loss of the window is compared with the best window mean so
+    far; it improves when it falls by more than ``tol``·(1 + |best|) (a relative change, with an
+    absolute floor for losses near 0).  After ``patience`` windows without an improvement the rate
+    is halved (Adam's iterates then settle; a constant rate keeps them oscillating on a ReLU
+    network's kinks); after the ``halvings``-th halving the fit has converged.
+
+    Args:
+        lr: the starting rate; ``tol`` > 0.
     """
-    grad, loss = grad_and_value(partial(_map_loss, potential))(z)
-    m = 0.9 * m + 0.1 * grad
-    v = 0.999 * v + 0.001 * grad * grad
-    step = t + 1
-    rate = 0.1 * lr + 0.45 * lr * (1 + torch.cos(math.pi * t / num_steps))
-    bias1, bias2 = 1 - 0.9**step, 1 - 0.999**step
-    return loss, z - (rate / bias1) * m / (v.sqrt() / bias2.sqrt() + 1e-8), m, v, step
 
+    def __init__(self, lr: float, tol: float, window: int = MAP_WINDOW, patience: int = MAP_PATIENCE,
+                 halvings: int = MAP_HALVINGS):
+        self.lr, self.tol, self.window, self.patience, self.halvings = lr, tol, window, patience, halvings
+        self.best, self.bad, self.halved, self.sum, self.count = math.inf, 0, 0, 0.0, 0
 
-def _fused_map(potential: Potential, z: torch.Tensor, map_steps: int, map_lr: float, compile: bool) -> torch.Tensor:
-    """The MAP fit of :func:`initial_point` for a model without trained deterministic parameters:
-    :func:`_adam_map_step` ``map_steps`` times, stopping at a non-finite loss and then returning
-    the last snapshot (taken every 100 steps), as the optimizer path does."""
-    step = compiled(_adam_map_step, compile, potential, map_lr, map_steps)
-    state = (z, torch.zeros_like(z), torch.zeros_like(z), z.new_zeros(()))
-    snapshot = z
-    for k in range(map_steps):
-        loss, *new = step(*state)
-        if not torch.isfinite(loss):
-            return snapshot
-        if k % 100 == 0:
-            snapshot = state[0]
-        state = new
-    return state[0]
+    def update(self, loss) -> bool:
+        """Record one step's loss (a float or 0-d tensor, read to the host once per window); ``True`` once
+        converged.  ``self.lr`` is the rate for the next step."""
+        self.sum, self.count = self.sum + loss, self.count + 1
+        if self.count < self.window:
+            return False
+        mean, self.sum, self.count = float(self.sum) / self.window, 0.0, 0
+        if mean < self.best - self.tol * (1 + abs(self.best)) or self.best == math.inf:
+            self.best, self.bad = mean, 0
+            return False
+        self.bad += 1
+        if self.bad < self.patience:
+            return False
+        self.bad, self.halved, self.lr = 0, self.halved + 1, self.lr / 2
+        return self.halved >= self.halvings
 
 
 def endless_batches(data: LoaderBatches, generator: torch.Generator):
@@ -309,21 +317,27 @@ def epoch_log_density(potential: Potential, z: torch.Tensor, data: LoaderBatches
 
 
 def initial_point(
-    potential: Potential, init: str, map_steps: int, map_lr: float, progress: bool = False, compile: bool = False,
+    potential: Potential, init: str, map_steps: int, map_lr: float, progress: bool = False, tol: float = 0.0,
     data: Optional[LoaderBatches] = None,
 ) -> tuple[torch.Tensor, dict]:
     """Starting point ``z`` ``[D]`` and a record of how it was found.
 
     ``"current"``: the network's current weights and the latents' prior medians.
-    ``"map"``: from there, ``map_steps`` full-batch Adam steps (cosine-decayed learning rate
-    ``map_lr``) on −log π(z)/N (the MAP in unconstrained coordinates), ``torch.compile``-d
-    when ``compile``; deterministic parameters the model trains are optimised jointly and
-    then kept at their fitted values (written into the network).  Without such parameters
-    (and without ``data``) each Adam step is one compiled function (:func:`_adam_map_step`).  A non-finite loss stops
-    the fit at the last finite snapshot (taken every 100 steps).  With ``data`` (the
-    potential built on a DataLoader) each step takes the loader's next batch instead, over
-    as many of its epochs as ``map_steps`` needs, and the record's log density is summed
-    over one pass (:func:`epoch_log_density`).
+    ``"map"``: from there, Adam (:class:`~inference.lean_adam.LeanAdam`, the training loop's
+    optimiser) on −log π(z)/N (the MAP in unconstrained coordinates); deterministic parameters
+    the model trains are optimised jointly and then kept at their fitted values (written into the
+    network).  With ``tol`` = 0, exactly ``map_steps`` steps at a cosine-decayed rate (``map_lr``
+    to ``map_lr``/10); with ``tol`` > 0 at most ``map_steps`` steps, stopping on convergence
+    (:class:`PlateauStop`: the rate halves whenever the loss, averaged over windows of
+    ``MAP_WINDOW`` steps, stops falling by more than ``tol`` relative; converged after
+    ``MAP_HALVINGS`` halvings).  Eager, never compiled: a converging start takes a few thousand
+    steps, fewer than a compile of the loss and its gradient pays for (docs/mcmc.md).  A
+    non-finite loss stops the fit at the last finite snapshot (taken every 100 steps).  With
+    ``data`` (the potential built on a DataLoader) each step takes the loader's next batch
+    instead, and the record's log density is summed over one pass (:func:`epoch_log_density`).
+
+    The record holds ``init``, ``init_log_density`` and, for a MAP fit, ``map_steps`` (the steps
+    taken), ``map_converged``, ``map_seconds`` and ``map_lr``.
     """
     if init not in INIT_STRATEGIES:
         raise ValueError(f"unknown init {init!r}; valid: {', '.join(INIT_STRATEGIES)}")
@@ -339,40 +353,50 @@ def initial_point(
         with torch.no_grad(), pyro.validation_enabled(False):
             record["init_log_density"] = float(log_density(z.unsqueeze(0)))
         return z, record
-    if data is None and not bnn.deterministic_parameters():
-        with pyro.validation_enabled(False):
-            z = _fused_map(potential, z, map_steps, map_lr, compile).detach().clone()
-            with torch.no_grad():
-                record.update(map_steps=map_steps, map_lr=map_lr, init_log_density=float(log_density(z.unsqueeze(0))))
-        return z, record
+    started = time.perf_counter()
     z = z.clone().requires_grad_(True)
     params = [z] + bnn.deterministic_parameters()
-    optimizer = torch.optim.Adam(params, lr=map_lr)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=map_steps, eta_min=map_lr * 0.1)
+    optimizer = LeanAdam(torch.optim.Adam(params, lr=map_lr))
+    plateau = PlateauStop(map_lr, tol) if tol > 0 else None
+    scheduler = None if plateau else torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer.optimizer, T_max=map_steps, eta_min=map_lr * 0.1)
     if data is None:
-        loss_fn = compiled(_map_loss, compile, potential)
+        loss_fn = partial(_map_loss, potential)
     else:
-        batch_loss, batches = compiled(_map_batch_loss, compile, potential), endless_batches(data, torch.Generator())
+        batches = endless_batches(data, torch.Generator())
 
         def loss_fn(z):
-            return batch_loss(z, *next(batches))
+            return _map_batch_loss(potential, z, *next(batches))
 
-    snapshot = [p.detach().clone() for p in params]
+    snapshot, converged, taken = [p.detach().clone() for p in params], False, 0
+    bar = tqdm(range(map_steps), desc="MAP start", disable=not progress, leave=False)
     with pyro.validation_enabled(False):
-        for step in tqdm(range(map_steps), desc="MAP init", disable=not progress, leave=False):
+        for step in bar:
             loss = loss_fn(z)
             if not torch.isfinite(loss):
                 break
             if step % 100 == 0:
                 snapshot = [p.detach().clone() for p in params]
+                bar.set_postfix(loss=f"{float(loss.detach()):.4g}", lr=f"{optimizer.param_groups[0]['lr']:.2g}", refresh=False)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            scheduler.step()
+            taken = step + 1
+            if plateau is None:
+                scheduler.step()
+            elif plateau.update(loss.detach()):
+                converged = True
+                break
+            else:
+                optimizer.param_groups[0]["lr"] = plateau.lr
         else:
+            snapshot = None
+        if snapshot is None or converged:
             snapshot = [p.detach().clone() for p in params]
+        bar.close()
         with torch.no_grad():
             for p, value in zip(params, snapshot):
                 p.copy_(value)
-            record.update(map_steps=map_steps, map_lr=map_lr, init_log_density=float(log_density(z.unsqueeze(0))))
+            record.update(map_steps=taken, map_converged=converged, map_lr=map_lr,
+                          map_seconds=time.perf_counter() - started, init_log_density=float(log_density(z.unsqueeze(0))))
     return z.detach().clone(), record

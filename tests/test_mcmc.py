@@ -8,16 +8,21 @@ compiled path.
 """
 from __future__ import annotations
 
+import time
+
 import arviz as az
 import pytest
 import torch
 from torch import nn
 
 from conftest import flat_linear_draws, make_conjugate_regression
+from test_user_networks import GRUNet, _data
 from inference import NonFiniteLossError, fit, load_posterior
 from inference.mcmc.adaptation import adaptation_windows, welford_covariance
 from inference.diagnostics import convergence_metrics, convergence_warning
-from inference.potential import Potential, _fused_map, _map_loss, initial_point
+from inference.mcmc import compilation
+from inference.mcmc.compilation import LazyCompile, compile_blocker, should_compile
+from inference.potential import PlateauStop, Potential, initial_point
 from lab.runs import RunSpec, execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
@@ -110,23 +115,93 @@ def test_map_init_reaches_the_posterior_mode(conjugate_regression):
     assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05  # Gaussian: mode = mean
 
 
-def test_fused_map_steps_match_torch_adam_with_cosine_annealing(conjugate_regression):
-    """The one-function MAP step (:func:`inference.potential._adam_map_step`) follows
-    ``torch.optim.Adam`` + ``CosineAnnealingLR`` step for step (float round-off only)."""
+def test_map_start_stops_on_convergence(conjugate_regression):
+    """With a tolerance the MAP start stops well before its cap, at the mode (a Gaussian's mean)."""
     data = conjugate_regression
     pot = Potential(linear_bnn(data), data.x, data.y)
-    z0 = pot.pack(pot.bnn.initial_values()).detach()
-    fused = _fused_map(pot, z0, 300, 0.05, compile=False)
-    z = z0.clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([z], lr=0.05)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=300, eta_min=0.005)
-    for _ in range(300):
-        optimizer.zero_grad()
-        _map_loss(pot, z).backward()
-        optimizer.step()
-        scheduler.step()
-    assert not torch.equal(fused, z0)
-    torch.testing.assert_close(fused, z.detach(), rtol=1e-4, atol=1e-5)
+    z, record = initial_point(pot, "map", map_steps=20000, map_lr=0.05, tol=1e-3)
+    assert record["map_converged"] and record["map_steps"] < 5000
+    assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05
+    fixed = initial_point(pot, "map", map_steps=300, map_lr=0.05)[1]  # tol 0: exactly map_steps steps
+    assert fixed["map_steps"] == 300 and not fixed["map_converged"]
+
+
+def test_map_start_with_trained_deterministic_layers_converges():
+    """Last-layer model (the body trained jointly): the MAP start stops on convergence and writes the body."""
+    data = make_conjugate_regression()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(data.x.shape[1], 8), nn.Tanh(), nn.Linear(8, 1))
+    bnn = BayesianNetwork(net, "last", NormalPrior(1.0), GaussianLikelihood(noise_sd=data.noise_sd), output_dim=1)
+    body = net[0].weight.detach().clone()
+    pot = Potential(bnn, data.x, data.y)
+    z, record = initial_point(pot, "map", map_steps=3000, map_lr=0.05, tol=1e-2)
+    assert record["map_converged"] and record["map_steps"] < 3000
+    assert not torch.equal(net[0].weight, body)  # the body was fitted
+    start = initial_point(pot, "current", 0, 0.01)[1]["init_log_density"]
+    assert record["init_log_density"] > start
+
+
+def test_plateau_stop_halves_the_rate_and_stops():
+    """A flat loss: the rate halves after every ``patience`` windows and the fit stops after ``halvings``;
+    a loss that keeps falling by more than the tolerance never stops."""
+    plateau = PlateauStop(0.01, 1e-3, window=10, patience=2, halvings=3)
+    steps = next(k for k in range(1, 10000) if plateau.update(1.0))
+    assert steps == 10 * (1 + 2 * 3) and plateau.lr == 0.01 / 8
+    falling = PlateauStop(0.01, 1e-3, window=10, patience=2, halvings=3)
+    assert not any(falling.update(10.0 * 0.99 ** (k // 10)) for k in range(2000)) and falling.lr == 0.01
+
+
+def test_compile_rule_compiles_only_where_it_pays(monkeypatch):
+    """Ski-rental rule: compile once the remaining eager time, less the compiled share, exceeds the compile time."""
+    assert should_compile(eager_seconds=1.0, done=1, total=100, compile_seconds=10.0)  # 99 · 1 · 0.75 > 10
+    assert not should_compile(eager_seconds=1.0, done=10, total=20, compile_seconds=10.0)  # 10 · 0.1 · 0.75 < 10
+    assert not should_compile(eager_seconds=1.0, done=5, total=5, compile_seconds=0.0)  # nothing left to run
+    monkeypatch.setattr(compilation, "COLD_COMPILE_SECONDS", 1.0)
+    calls = []
+
+    def build(compile):
+        def transition(state):
+            calls.append(compile)
+            time.sleep(0 if compile else 0.02)
+            return state
+
+        return transition
+
+    long = LazyCompile(build, "auto", total=100, key=("test", "long"))  # 99 · 0.02 · 0.75 > 1 s after one call
+    for _ in range(4):
+        long(0)
+    assert calls == [False, True, True, True] and long.record["compiled_from"] == 1
+    assert long.record["compile_seconds"] is not None
+    calls.clear()
+    short = LazyCompile(build, "auto", total=3, key=("test", "short"))
+    for _ in range(3):
+        short(0)
+    assert calls == [False] * 3 and short.record["compiled_from"] is None
+    calls.clear()
+    never = LazyCompile(build, False, total=100, key=("test", "never"))
+    for _ in range(3):
+        never(0)
+    assert calls == [False] * 3
+
+
+def test_small_fit_is_not_compiled():
+    """The default ``compile="auto"`` leaves a fit of a few hundred cheap iterations eager."""
+    data = make_conjugate_regression()
+    post = fit(linear_bnn(data), data.x, data.y, backend="nuts", seed=0, progress=False, num_chains=2,
+               warmup_steps=50, num_samples=50, init="current")  # fmt: skip
+    assert post.info["compile"] == "auto" and post.info["compiled_from"] is None
+
+
+def test_recurrent_network_is_not_compiled_and_says_why():
+    """A GRU cannot be compiled: detected before any attempt, a warning when compile=True was asked for."""
+    x, y = _data(n=12, shape=(5, 2))
+    bnn = BayesianNetwork(GRUNet(), "last", example_input=x)
+    assert "GRU" in compile_blocker(bnn)
+    assert compile_blocker(linear_bnn(make_conjugate_regression())) is None
+    with pytest.warns(RuntimeWarning, match="recurrent layer .GRU.*running without compilation"):
+        post = fit(bnn, x, y, backend="nuts", seed=0, progress=False, num_chains=2, warmup_steps=5, num_samples=5,
+                   init="current", max_tree_depth=3, compile=True)  # fmt: skip
+    assert post.info["compiled_from"] is None and "GRU" in post.info["compile_skipped"]
 
 
 def test_save_load_arviz_and_loo(tmp_path):
@@ -232,6 +307,8 @@ def test_adaptation_windows_follow_stan():
         ({"target_accept": 1.0}, "target_accept"),
         ({"max_tree_depth": 0}, "max_tree_depth"),
         ({"init": "prior"}, "unknown init"),
+        ({"compile": "yes"}, "compile.* must be true or false or one of 'auto'"),
+        ({"map_tol": -1e-3}, "map_tol must be a non-negative"),
         ({"num_steps": 10}, "unknown option"),
     ],
 )

@@ -23,12 +23,15 @@ import math
 import time
 import warnings
 from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Literal, Union
 
 import pyro
 import torch
 
 from ..diagnostics import tree_depth_saturation
 from ..mcmc.adaptation import find_step_size, window_adaptation
+from ..mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
 from ..mcmc.driver import run_chains, thinned
 from ..mcmc.kernels import HMCState, build_hmc, build_nuts
 from ..posterior import SamplePosterior
@@ -52,15 +55,19 @@ class ChainConfig:
         adapt_step_size / adapt_mass: switch the warm-up adaptations.
         dense_mass: adapt a dense instead of a diagonal inverse mass matrix.
         max_energy_error: an energy error above this marks a divergent transition.
-        init: ``"map"`` (quick Adam MAP fit first) or ``"current"`` (the network's weights).
-        map_steps / map_lr: the MAP fit's full-batch Adam steps and learning rate.
+        init: ``"map"`` (an Adam MAP fit first) or ``"current"`` (the network's weights).
+        map_steps / map_lr / map_tol: the MAP fit's cap on full-batch Adam steps, its learning rate
+            and its convergence tolerance (a relative change of the loss; it stops on convergence,
+            :func:`inference.potential.initial_point`; 0: exactly ``map_steps`` cosine-decayed steps).
         init_jitter: sd of the Gaussian jitter added to the start of every chain
             (unconstrained coordinates).
         pool_adaptation: estimate one inverse mass matrix from the warm-up draws of all
             chains together (C times the draws of a per-chain estimate) instead of one per chain.
-        compile: ``torch.compile`` the leapfrog/NUTS step with the potential and its
-            gradient (a one-off compile, then faster steps, timed in docs/mcmc.md; falls
-            back to eager execution if compilation fails).
+        compile: ``torch.compile`` the NUTS subtree / HMC leapfrog step with the potential and its
+            gradient: ``"auto"`` (compile once the measured eager cost of the remaining iterations
+            exceeds the compile time, :class:`inference.mcmc.compilation.LazyCompile`), ``True``
+            (from the first iteration) or ``False``.  A network torch.compile cannot trace (a
+            recurrent layer, no ``vmap`` rule) runs eagerly; a failed compile falls back to eager.
     """
 
     num_chains: int = 4
@@ -76,8 +83,9 @@ class ChainConfig:
     init: str = "map"
     map_steps: int = 20000
     map_lr: float = 0.01
+    map_tol: float = 1e-3
     init_jitter: float = 0.01
-    compile: bool = True
+    compile: Union[bool, Literal["auto"]] = "auto"
     pool_adaptation: bool = False
 
     def validate(self):
@@ -93,8 +101,12 @@ class ChainConfig:
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)}")
         if not 0 < self.target_accept < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept}")
-        if not (math.isfinite(self.init_jitter) and self.init_jitter >= 0):
-            raise ValueError(f"init_jitter must be non-negative, got {self.init_jitter}")
+        for name in ("init_jitter", "map_tol"):
+            value = float(getattr(self, name))
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a non-negative number, got {getattr(self, name)}")
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be true, false or 'auto', got {self.compile!r}")
         if self.init not in INIT_STRATEGIES:
             raise ValueError(f"unknown init {self.init!r}; valid: {', '.join(INIT_STRATEGIES)}")
 
@@ -184,22 +196,27 @@ class HMCBackend(Backend):
     name = "hmc"
     Config = HMCConfig
 
-    def _transition(self, potential, config):
-        return build_hmc(potential, config.compile, config.max_energy_error, config.num_steps, config.step_jitter)
+    unit = "leapfrog step"
+
+    def _transition(self, potential, config, compile: bool):
+        return build_hmc(potential, compile, config.max_energy_error, config.num_steps, config.step_jitter)
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, config.compile)
+        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, config.map_tol)
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
         jitter = (config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)).to(z0)
+        transition = LazyCompile(
+            partial(self._transition, potential, config), config.compile,
+            config.warmup_steps + config.num_samples * config.thin, unit_key(self.name, potential, config.num_chains),
+            compile_blocker(bnn), progress, desc=f"{self.name}: compiling the {self.unit} (once per fit)",
+        )  # fmt: skip
         with torch.no_grad(), frozen_deterministic(bnn):
-            z, stats, record = sample_chains(
-                potential, z0 + jitter, self._transition(potential, config), config, generator, progress, self.name
-            )
+            z, stats, record = sample_chains(potential, z0 + jitter, transition, config, generator, progress, self.name)
         divergences = int(stats["diverging"].sum())
         if divergences:
             warnings.warn(
@@ -229,6 +246,7 @@ class HMCBackend(Backend):
             "tree_depth_saturated": saturated,
             **init_record,
             **record,
+            **transition.record,
             "fit_seconds": time.perf_counter() - started,
         }
         return SamplePosterior(bnn, potential.draws(z), sample_stats=stats, info=info)
@@ -240,5 +258,7 @@ class NUTSBackend(HMCBackend):
     name = "nuts"
     Config = NUTSConfig
 
-    def _transition(self, potential, config):
-        return build_nuts(potential, config.compile, config.max_energy_error, config.max_tree_depth)
+    unit = "subtree"
+
+    def _transition(self, potential, config, compile: bool):
+        return build_nuts(potential, compile, config.max_energy_error, config.max_tree_depth)

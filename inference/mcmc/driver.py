@@ -3,7 +3,8 @@
 :func:`run_chains` iterates a transition ``(state, params) -> (state, info)`` over all
 chains at once, feeds warm-up iterations to an optional :class:`~inference.mcmc.adaptation.
 Adaptation` (whose state is the ``params`` the transition reads), keeps the draws chosen by
-``draw_index``, and shows a ``tqdm.auto`` progress bar unless ``progress=False``.  States
+``draw_index``, and shows ``tqdm.auto`` progress bars, one for the warm-up and one for the
+sampling iterations, unless ``progress=False``.  States
 are NamedTuples with fields ``z`` ``[C, D]``, ``log_density`` ``[C]`` and ``grad`` ``[C, D]``;
 ``info`` is a dict of per-chain ``[C]`` tensors, stored per kept draw as ``[C, S]``.
 """
@@ -84,9 +85,11 @@ def run_chains(
     keep = state.z.new_empty(num_chains, num_draws, dim)
     stats: dict = {}
     num_kept, warmup_divergences, divergences, stopped_at = 0, 0, 0, None
-    bar = tqdm(range(num_iterations), desc=desc, disable=not progress)
+    phases = [(f"{desc} warm-up", num_warmup), (f"{desc} sampling", num_iterations - num_warmup)]
+    bars = [tqdm(total=n, desc=label, disable=not progress or n <= 0) for label, n in phases if n > 0]
     started, warmup_seconds = time.perf_counter(), 0.0
-    for it in bar:
+    for it in range(num_iterations):
+        bar = bars[0] if it < num_warmup or len(bars) == 1 else bars[1]
         new, info = transition(state, params)
         if stop_on_non_finite and not _finite(new):
             stopped_at = it
@@ -115,8 +118,12 @@ def run_chains(
             if "step_size" in info:
                 postfix["step"] = f"{float(info['step_size'].mean()):.3g}"
             if "diverging" in info:
-                postfix["div"] = divergences
-            bar.set_postfix(postfix)
-    bar.close()
+                postfix["div"] = divergences if it >= num_warmup else warmup_divergences
+            bar.set_postfix(postfix, refresh=False)
+        bar.update(1)
+        if it + 1 == num_warmup:
+            bar.close()
+    for bar in bars:
+        bar.close()
     sampling_seconds = time.perf_counter() - started - warmup_seconds
     return ChainRun(keep, stats, num_kept, state, params, warmup_divergences, warmup_seconds, sampling_seconds, stopped_at)
