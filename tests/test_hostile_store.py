@@ -218,6 +218,21 @@ def test_write_text_file_replaces_a_planted_link_and_never_writes_through(tmp_pa
                                                                                    else [])})
 
 
+def test_experiment_tables_replace_links_planted_at_their_names(tmp_path):
+    from lab.experiments import get_experiment, write_tables
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("failures.txt", "results.csv", "summary.md"):
+        (out / name).symlink_to(victim)
+    write_tables(get_experiment("smoke"), [], tmp_path / "runs", out, {"det-0": "ValueError: x"})
+    assert victim.read_text() == "precious"
+    assert (out / "failures.txt").read_text() == "det-0\tValueError: x\n" and not (out / "failures.txt").is_symlink()
+    assert not (out / "results.csv").exists() and not (out / "summary.md").exists()
+
+
 # ------------------------------------------------------------------ 4. a symlinked --out
 def _target(tmp_path: Path, kind: str, written: Path) -> Path:
     target = tmp_path / "target"
