@@ -179,8 +179,8 @@ def load_posterior(directory, net: Optional[nn.Module] = None, prior=None, likel
     if manifest["active_at_prediction"]:
         bnn.active_at_prediction = tuple(manifest["active_at_prediction"])
     info = read_json(directory, INFO)
-    posterior = rebuild(directory / TENSORS, f"the {manifest['kind']!r} posterior's state",
-                         lambda: cls._from_state(bnn, manifest["posterior"], payload["posterior"], info))
+    state = f"the {manifest['kind']!r} posterior's state ('posterior' of {MANIFEST} and {TENSORS})"
+    posterior = rebuild(directory, state, lambda: cls._from_state(bnn, manifest["posterior"], payload["posterior"], info))
     _check_draw(posterior, directory)
     return posterior
 
@@ -221,7 +221,8 @@ def _check_draw(posterior, directory: Path) -> None:
     if any(got.get(name) != shape for name, shape in expected.items()):  # SWAG adds batch-norm statistics
         raise SaveFileError(f"{directory / TENSORS}: the posterior's draws have sites {got}; the model has "
                             f"{expected}: the save is damaged or was edited")
-    bad = sorted(name for name, value in draw.items() if value.is_floating_point() and not bool(torch.isfinite(value).all()))
+    bad = sorted(name for name, value in draw.items()
+                 if value.is_floating_point() and not bool(torch.isfinite(value).all()))
     if bad:
         raise SaveFileError(f"{directory / TENSORS}: the posterior draws NaN or infinite values at {bad}")
 

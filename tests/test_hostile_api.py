@@ -229,7 +229,8 @@ SAVE_CASES = {
         {k: torch.zeros(1, 4, 3) for k in p["posterior"]["draws"]})), SaveFileError,
         r"posterior.pt: the posterior's draws have sites"),
     "draws missing": (_edit_tensors(lambda p: p["posterior"].pop("draws")), SaveFileError,
-                      r"posterior.pt: the 'samples' posterior's state cannot be rebuilt .*KeyError: 'draws'"),
+                      r"save: the 'samples' posterior's state \('posterior' of posterior.json and posterior.pt\) cannot be "
+                      r"rebuilt .*KeyError: 'draws'"),
     "link out of the folder": (_relink("info.json", "/dev/zero"), SaveFileError,
                                r"info.json is a link to /dev/zero, outside the save folder"),
     "link to itself": (_relink("info.json", "info.json"), SaveFileError, r"info.json cannot be opened"),
