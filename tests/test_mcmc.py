@@ -204,6 +204,14 @@ def test_recurrent_network_is_not_compiled_and_says_why():
     assert post.info["compiled_from"] is None and "GRU" in post.info["compile_skipped"]
 
 
+def test_progress_bars_name_every_phase(capsys):
+    data = make_conjugate_regression()
+    fit(linear_bnn(data), data.x, data.y, backend="nuts", seed=0, progress=True, num_chains=2, warmup_steps=20,
+        num_samples=10, map_steps=200, compile=False)  # fmt: skip
+    err = capsys.readouterr().err
+    assert "MAP start" in err and "nuts (2 chains, 3 dims) warm-up" in err and "nuts (2 chains, 3 dims) sampling" in err
+
+
 def test_save_load_arviz_and_loo(tmp_path):
     data = make_conjugate_regression()
     post = fit(linear_bnn(data, learn_noise=True), data.x, data.y, backend="nuts", seed=2, progress=False,

@@ -7,6 +7,7 @@
 * :mod:`.adaptation` — dual averaging, Welford (co)variance, Stan's windows, each as init/update/final.
 * :mod:`.sgmcmc` — SGLD, pSGLD, SGHMC and cyclical SG-MCMC kernels and step-size schedules.
 * :mod:`.driver` — one warm-up / sampling loop for all of them.
+* :mod:`.compilation` — when to ``torch.compile`` a transition (only where it pays).
 
 The backends in :mod:`inference.backends.hmc` and :mod:`inference.backends.sgmcmc` assemble
 these parts; docs/mcmc.md describes the algorithms and their measured behaviour.

@@ -11,7 +11,8 @@ generator) -> (state, info)``, with ``info`` a dict of ``[C]`` tensors: ``accept
 ``diverging``, ``energy``, ``n_steps`` (and ``tree_depth`` for NUTS).  The leapfrog step
 (HMC) and the whole subtree (NUTS, :func:`~inference.mcmc.nuts.build_subtree`) are
 ``torch.compile``-d with the potential's gradient when ``compile`` is set
-(:func:`inference.potential.compiled`).
+(:func:`inference.potential.compiled`); the backends build both and switch from the eager to the
+compiled transition only where compiling pays (:class:`inference.mcmc.compilation.LazyCompile`).
 """
 from __future__ import annotations
 
