@@ -168,7 +168,7 @@ class LinearisedNetwork(BayesianNetwork):
         self.layout = WeightLayout(self)
         self.register_buffer("mean", mean.detach().clone())
         self.scale, self.predictive = scale, predictive
-        self._closed_form = (None, None)  # (x, logits [N, K]) of the last closed-form call
+        self._closed_form = (None, -1, None)  # (x, its version, logits [N, K]) of the last closed-form call
 
     def moments(self, x: torch.Tensor, joint: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``(μ [N, O], σ² [N, O])`` of the GLM predictive f(x) ~ N(μ, J Σ Jᵀ), or with ``joint`` the
@@ -184,13 +184,14 @@ class LinearisedNetwork(BayesianNetwork):
 
     def closed_form_logits(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, K]`` logits whose softmax is the ``probit`` / ``bridge`` predictive at ``x``."""
-        if self._closed_form[0] is not x:
+        cached, version, logits = self._closed_form  # predict() asks once per chunk of draws
+        if cached is not x or version != x._version:
             if self.predictive == "probit":
                 logits = probit_logits(*self.moments(x))
             else:
                 logits = bridge_log_alpha(*self.moments(x, joint=True))
-            self._closed_form = (x, logits)
-        return self._closed_form[1]
+            self._closed_form = (x, x._version, logits)
+        return logits
 
     def forward_draws(self, values, x):
         num_draws = self.layout.flatten(values).shape[0]

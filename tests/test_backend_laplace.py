@@ -17,7 +17,7 @@ from torch import nn
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
 from inference.backends.laplace import KronRoot, LaplacePosterior, log_evidence
-from inference.laplace_posterior import bridge_log_alpha
+from inference.laplace_posterior import bridge_log_alpha, probit_logits
 from inference.curvature import WeightLayout, ggn, kfac
 from inference.metrics import evaluate
 from lab.cli import main
@@ -301,6 +301,9 @@ def test_probit_is_the_default_classification_predictive_and_is_closed_form():
     torch.testing.assert_close(prediction.mean, expected)
     torch.testing.assert_close(prediction.log_predictive_density(), expected[:, 0].log())
     assert bool((var > 0).all())
+    assert torch.equal(post.predict(x_test, seed=0, chunk_size=5).f, prediction.f)  # chunks share one closed form
+    x_test.mul_(2.0)  # the same tensor changed in place: predicted anew
+    torch.testing.assert_close(post.predict(x_test).mean, torch.softmax(probit_logits(*post.glm_moments(x_test)), -1))
     # a prior precision so large that Σ ≈ 0: the predictive is the MAP's softmax
     tight = fit(bnn, x, y, backend="laplace", init="current", prior_precision=1e9, seed=0, progress=False,
                 num_samples=4)
