@@ -87,7 +87,8 @@ def main(argv=None) -> None:
         delta = statistics.fmean(abs(a - b) for a, b in zip(single_ll, batch_ll))
         n = len(specs)
         print(f"{dataset:>8} {backend:>4} ({n} runs): one at a time {single_cpu / n:6.2f} CPU-s/run, batched "
-              f"{batch_cpu / n:6.2f} CPU-s/run ({single_cpu / batch_cpu:4.1f}x); test LL {statistics.fmean(single_ll):.3f} "
+              f"{batch_cpu / n:6.2f} CPU-s/run ({single_cpu / batch_cpu:4.1f}x); "
+              f"test LL {statistics.fmean(single_ll):.3f} "
               f"vs {statistics.fmean(batch_ll):.3f}, mean |delta| {delta:.2e} = {delta / se:.3f} SE (SE {se:.3f})")
         totals["single"] += single_cpu
         totals["batched"] += batch_cpu

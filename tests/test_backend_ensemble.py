@@ -32,9 +32,10 @@ def test_members_differ_and_mix(tmp_path):
     weights = posterior.draws["0.weight"][:, 0]  # [K, hidden, 1]
     assert all((weights[i] - weights[j]).abs().max() > 0.1 for i in range(3) for j in range(i))
     assert posterior.draws["noise_precision"].unique().numel() == 3  # noise learned per member
-    # member 0 is the MAP fit of the same seed
+    # member 0 is the MAP fit of the same seed (to float rounding: the members train as one stacked program)
     single = fit(_bnn(), x, y, backend="map", seed=0, **OPTIONS)
-    assert all(torch.equal(posterior.draws[k][0], single.draws[k][0]) for k in single.draws)
+    for k in single.draws:
+        torch.testing.assert_close(posterior.draws[k][0], single.draws[k][0], atol=1e-5, rtol=1e-5)
     # the mixture's predictive variance is at least the members' mean predictive variance
     x_test = torch.linspace(-4, 4, 33).unsqueeze(1)
     mixture = posterior.predict(x_test, seed=0)

@@ -138,3 +138,16 @@ def test_runs_that_differ_in_split_or_seed_are_grouped():
     assert [[r.key for r in g.runs] if isinstance(g, RunBatch) else g.key for g in grouped] == \
         [["a", "b"], ["c", "f"], "d", "e"]
     assert group_runs(runs, size=1) == runs
+
+
+def test_ensemble_members_train_as_one_stacked_program():
+    """The ensemble backend's stacked members equal its member-by-member fits (own starts and seeds)."""
+    x, y = _data(0)
+    options = dict(num_members=3, **MAP_OPTIONS)
+    stacked = fit(_model(0), x, y, backend="ensemble", seed=5, progress=False, **options)
+    looped = fit(_model(0), x, y, backend="ensemble", seed=5, progress=False, vectorise=False, **options)
+    assert stacked.info["vectorised"] and not looped.info["vectorised"]
+    for name, value in looped.draws.items():
+        torch.testing.assert_close(stacked.draws[name], value, atol=1e-5, rtol=1e-5)
+    assert stacked.info["member_histories"][2]["loss"] == pytest.approx(looped.info["member_histories"][2]["loss"],
+                                                                        rel=1e-5)

@@ -8,7 +8,7 @@ optimiser's options.
 ``num_members`` K independently initialised MAP fits (:func:`inference.backends.map.fit_map`,
 the prior as weight decay and the noise precision learned per member), each with its own
 minibatch order.  Member k's seed is ``seed + k``; member 0 starts from the network's own
-weights (so it is exactly the ``map`` fit of the same seed), members k ≥ 1 from a fresh
+weights (so it is the ``map`` fit of the same seed, to float rounding), members k ≥ 1 from a fresh
 initialisation of every random site (each layer's ``reset_parameters`` under the member's
 seed; fixed entries of partially random parameters keep their values).
 
@@ -25,6 +25,11 @@ batches in the loader's own order (so members differ only by their initialisatio
 members are fitted in this process (``workers`` must be 1: the loader does not travel to
 worker processes).
 
+With tensors, every parameter random (or the deterministic ones frozen) and a network that ``vmap``
+runs (:func:`inference.multifit.batch_blocker`), the members train as one stacked program
+(:func:`inference.multifit.map.fit_map_members`: weights ``[K, ...]``, one forward pass and one Adam for
+all, each member its own start and minibatch order), the same fits to float rounding;
+``vectorise=False`` fits them one after another (``info["vectorised"]`` says which).
 ``info["member_histories"]`` holds each member's per-epoch history (``info["history"]`` is
 member 0's).  ``workers`` > 1 fits the members in that many local worker processes (one
 torch thread each; they die with the parent process); ``executor="ray"`` fits them as Ray
@@ -69,12 +74,13 @@ def check_member_options(config, symbol: str) -> None:
 class EnsembleConfig(MAPConfig):
     """:class:`~inference.backends.map.MAPConfig` plus ``num_members`` K (default 5, as in
     Lakshminarayanan et al. 2017), ``workers``, the local processes fitting members in parallel
-    (1: one after another in this process), and ``executor``: ``"local"`` or ``"ray"`` (members as
-    Ray tasks)."""
+    (1: one after another in this process), ``executor``: ``"local"`` or ``"ray"`` (members as
+    Ray tasks), and ``vectorise``: train the members as one stacked program where the model allows it."""
 
     num_members: int = 5
     workers: int = 1
     executor: str = "local"
+    vectorise: bool = True
 
     def validate(self):
         super().validate()
@@ -139,7 +145,15 @@ class EnsembleBackend(Backend):
                              "worker processes or Ray tasks")
         members = list(range(config.num_members))
         results = []
-        if bnn.deterministic_parameters() or not config.parallel:  # member 0 fits the shared parameters first
+        from ..multifit import batch_blocker  # (inference.multifit imports the backends)
+        vectorised = (config.vectorise and not config.parallel and not isinstance(x, LoaderBatches)
+                      and batch_blocker(bnn, "map", config) is None)
+        if vectorised:  # the members as one stacked program
+            from ..multifit.map import fit_map_members
+            starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + k) for k in members[1:]]
+            fits, steps = fit_map_members(bnn, x, y, config, [seed + k for k in members], starts, progress)
+            results, members = list(zip(fits, steps)), []
+        elif bnn.deterministic_parameters() or not config.parallel:  # member 0 fits the shared parameters first
             results.append(_fit_member(bnn, x, y, config, seed, 0, progress))
             members = members[1:]
         if config.parallel and members:
@@ -148,7 +162,7 @@ class EnsembleBackend(Backend):
         else:
             results += [_fit_member(bnn, x, y, config, seed, k, progress) for k in members]
         fits = [fit for fit, _ in results]
-        info = run_info(self.name, config, seed, x, started, num_chains=config.num_members,
+        info = run_info(self.name, config, seed, x, started, num_chains=config.num_members, vectorised=vectorised,
                         member_seeds=[seed + k for k in range(config.num_members)],
                         history=fits[0].history, member_histories=[fit.history for fit in fits])
         posterior = SamplePosterior(bnn, stack_members(fits), info=info)

@@ -1,10 +1,12 @@
 """K MAP fits (the ``map`` backend, :func:`inference.backends.map.fit_map`) as one stacked program.
 
 Fit k maximises its own ``log p(w_s, θ) + (N/n) Σ_batch log p(y | x, w_s, θ)`` from its own start
-(its network's weights, the latents at their prior medians) on its own data and minibatch order
-(seed k); the stacked loop (:mod:`inference.multifit.stacked`) gives each fit the update it
-would get alone.  The result of fit k is what ``fit(bnns[k], xs[k], ys[k], backend="map",
-seed=seeds[k])`` returns, up to float rounding: a point mass (one chain of one draw).
+(its network's weights or given values, the latents at their prior medians) on its own data and
+minibatch order (seed k); the stacked loop (:mod:`inference.multifit.stacked`) gives each fit the
+update it would get alone.  :func:`fit_map_stacked` returns what ``fit(bnns[k], xs[k], ys[k],
+backend="map", seed=seeds[k])`` returns, up to float rounding (a point mass: one chain of one
+draw); :func:`fit_map_members` the :class:`~inference.backends.map.MAPFit` s of K members of one
+model on one data set (the ``ensemble`` backend's members, each its own start and seed).
 """
 from __future__ import annotations
 
@@ -18,37 +20,29 @@ from ..backends.map import MAPFit, run_info, stack_members
 from ..posterior import SamplePosterior
 from ..potential import Potential
 from ..training import HISTORY_KEYS, NonFiniteLossError
-from .stacked import StackedBatches, run_stacked_loop, stacked_forward
+from .stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
 
-__all__ = ["fit_map_stacked"]
+__all__ = ["fit_map_stacked", "fit_map_members"]
 
 
-def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
-    """K MAP fits; returns per fit a :class:`~inference.posterior.SamplePosterior` or, for a fit stopped
-    by a NaN/inf, a :class:`~inference.training.NonFiniteLossError` carrying its last finite posterior.
-
-    Args:
-        bnns: K models of one architecture, priors and likelihood (:func:`inference.multifit.check_batchable`).
-        xs, ys: the fits' training data stacked ``[K, N, ...]`` (validated, on the models' device).
-        config: the :class:`~inference.backends.map.MAPConfig`.
-        seeds: K seeds (each fit's minibatch order).
-        progress: show a tqdm bar.
-    """
-    started = time.perf_counter()
-    template, count = bnns[0], len(bnns)
+def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool,
+           desc: str) -> tuple:
+    """Train K MAP fits of ``template``'s layout from ``starts`` (``{site: value}`` each, weights; the latents
+    start at their prior medians).  Returns ``(fits, stopped)``: a :class:`MAPFit` per fit (a stopped fit's
+    last finite point) and per fit ``None`` or ``(step, what)`` where its loss or gradient became non-finite."""
+    count = len(starts)
     potential = Potential(template, xs[0], ys[0])  # site layout, priors and the latents' starting values
     latent_start = potential.latent_init()
     names = template.site_names
     transforms = {name: biject_to(potential.priors[name].support) for name in names}
-    starts = [{**bnn.initial_values(), **latent_start} for bnn in bnns]
+    starts = [{**start, **latent_start} for start in starts]
     raw = {name: torch.stack([transforms[name].inv(start[name].to(xs)) for start in starts]).detach().clone()
            .requires_grad_(True) for name in names}
     priors = potential.priors
     forward = stacked_forward(template)
     num_data = xs.shape[1]
-    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
-    data = StackedBatches(xs, ys, config.batch_size, generators)
-    histories = [{key: [] for key in HISTORY_KEYS} for _ in bnns]
+    data = StackedBatches(xs, ys, config.batch_size, [torch.Generator().manual_seed(int(seed)) for seed in seeds])
+    histories = [{key: [] for key in HISTORY_KEYS} for _ in starts]
     snapshots: dict = {}
 
     def values() -> dict:
@@ -57,8 +51,7 @@ def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
     def step_terms(xb, yb):
         current = values()
         f = forward({s.name: current[s.name] for s in template.sites}, xb)
-        log_lik = template.likelihood.training_log_prob(f, yb, template.latents_of(current))
-        log_lik = log_lik.reshape(count, -1).sum(1)
+        log_lik = stacked_log_likelihood(template.likelihood, f, yb, template.latents_of(current))
         log_prior = sum(priors[name].log_prob(value).reshape(count, -1).sum(1) for name, value in current.items())
         return (num_data / xb.shape[1]) * log_lik, -log_prior
 
@@ -67,21 +60,51 @@ def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
             snapshots[k] = (step, what, {name: value[k].detach().clone() for name, value in values().items()})
 
     with pyro.validation_enabled(False):
-        stopped = run_stacked_loop(step_terms, list(raw.values()), data, config.loop_options(), histories,
-                                   f"map x{count} ({template.num_random} random)", progress, on_stop)
-    seconds = (time.perf_counter() - started) / count
+        stopped = run_stacked_loop(step_terms, list(raw.values()), data, config.loop_options(), histories, desc,
+                                   progress, on_stop)
     with torch.no_grad():
         final = values()
+    fits = [MAPFit(snapshots[k][2] if k in snapshots else {name: final[name][k].detach().clone() for name in names},
+                   histories[k]) for k in range(count)]
+    return fits, [None if step is None else snapshots[k][:2] for k, step in enumerate(stopped)]
+
+
+def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
+    """K MAP fits; returns per fit a :class:`~inference.posterior.SamplePosterior` or, for a fit stopped
+    by a NaN/inf, a :class:`~inference.training.NonFiniteLossError` carrying its last finite posterior.
+
+    Args:
+        bnns: K models of one architecture, priors and likelihood (:func:`inference.multifit.batch_signature`).
+        xs, ys: the fits' training data stacked ``[K, N, ...]`` (validated, on the models' device).
+        config: the :class:`~inference.backends.map.MAPConfig`.
+        seeds: K seeds (each fit's minibatch order).
+        progress: show a tqdm bar.
+    """
+    started = time.perf_counter()
+    count = len(bnns)
+    fits, stopped = _train(bnns[0], [bnn.initial_values() for bnn in bnns], xs, ys, config, seeds, progress,
+                           f"map x{count} ({bnns[0].num_random} random)")
+    seconds = (time.perf_counter() - started) / count
     results = []
-    for k, bnn in enumerate(bnns):
-        fitted = snapshots[k][2] if k in snapshots else {name: final[name][k].detach().clone() for name in names}
-        info = run_info("map", config, int(seeds[k]), xs[k], started, history=histories[k],
+    for k, (bnn, fitted) in enumerate(zip(bnns, fits)):
+        info = run_info("map", config, int(seeds[k]), xs[k], started, history=fitted.history,
                         multifit={"fits": count, "index": k})
         info["fit_seconds"] = seconds  # this fit's share of the batch's wall time
-        posterior = SamplePosterior(bnn, stack_members([MAPFit(fitted, histories[k])]), info=info)
-        if stopped[k] is not None:
-            error = NonFiniteLossError(stopped[k], snapshots[k][1], posterior)
-            results.append(error)
-        else:
-            results.append(posterior)
+        posterior = SamplePosterior(bnn, stack_members([fitted]), info=info)
+        results.append(posterior if stopped[k] is None else NonFiniteLossError(*stopped[k], posterior))
     return results
+
+
+def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, starts: list,
+                    progress: bool) -> tuple:
+    """K MAP fits of one model on one data set ``x, y`` ``[N, ...]`` from ``starts`` with ``seeds``.
+
+    Member k is :func:`inference.backends.map.fit_map` ``(bnn, x, y, config, seeds[k], init_values=starts[k])``
+    to float rounding.  The model must train no deterministic parameters (:func:`inference.multifit.batch_blocker`).
+    Returns ``(fits, stopped)``: a :class:`MAPFit` per member and per member ``None`` or the step at which its
+    loss or gradient became non-finite (its fit then holds its last finite point).
+    """
+    count = len(starts)
+    xs, ys = x.expand(count, *x.shape), y.expand(count, *y.shape)
+    fits, stopped = _train(bnn, starts, xs, ys, config, seeds, progress, f"ensemble x{count} (stacked)")
+    return fits, [None if s is None else s[0] for s in stopped]

@@ -27,12 +27,13 @@ import math
 from typing import Callable, Optional
 
 import torch
+from torch.func import vmap
 from tqdm.auto import tqdm
 
 from ..backends.deep_ensemble import _Members
 from ..training import HISTORY_KEYS, kl_weight, lr_scheduler
 
-__all__ = ["StackedBatches", "stacked_forward", "run_stacked_loop", "per_fit_norms"]
+__all__ = ["StackedBatches", "stacked_forward", "stacked_log_likelihood", "run_stacked_loop", "per_fit_norms"]
 
 
 class StackedBatches:
@@ -76,6 +77,17 @@ def stacked_forward(bnn) -> Callable:
     :meth:`~zoo.bnn.BayesianNetwork.forward_single` (a loop over the fits for a network without
     ``vmap`` rules)."""
     return _Members(bnn, True, 1, False).outputs
+
+
+def stacked_log_likelihood(likelihood, f: torch.Tensor, y: torch.Tensor, latents: dict) -> torch.Tensor:
+    """``[K]`` Σ_n of fit k's training objective (:meth:`~zoo.likelihoods.Likelihood.training_log_prob`) at its
+    outputs ``f[k]`` ``[n, P]``, targets ``y[k]`` and latents ``{name: [K, T]}``: ``vmap`` over the fits, so
+    every likelihood sees one fit's tensors, as in a one-at-a-time fit."""
+    def one(f_k, y_k, latents_k):
+        one_draw = {n: v.unsqueeze(0) for n, v in latents_k.items()}
+        return likelihood.training_log_prob(f_k.unsqueeze(0), y_k, one_draw).sum()
+
+    return vmap(one)(f, y, latents)
 
 
 def per_fit_norms(params: list) -> torch.Tensor:

@@ -37,7 +37,7 @@ from ..latent_fit import fit_latents
 from ..posterior import VariationalPosterior
 from ..training import HISTORY_KEYS, NonFiniteLossError
 from ..variational.latents import normal_prior_params
-from .stacked import StackedBatches, run_stacked_loop, stacked_forward
+from .stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
 
 __all__ = ["fit_svi_stacked", "pretrain_stacked"]
 
@@ -59,7 +59,7 @@ def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -
         for xb, yb in data.epoch():
             last_epoch.append((xb, yb))
             f = forward(values, xb)
-            loss = -template.likelihood.training_log_prob(f, yb, latents).reshape(count, -1).mean(1)
+            loss = -stacked_log_likelihood(template.likelihood, f, yb, latents) / yb.shape[1]
             optimizer.zero_grad()
             loss.sum().backward()
             optimizer.step()
@@ -76,7 +76,8 @@ def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -
 
 
 def _stacked_priors(bnns: list, name: str, like: torch.Tensor) -> tuple:
-    """``(m, s)`` of site ``name``'s Normal prior in every fit: floats when all fits share them, else ``[K, *shape]``."""
+    """``(m, s)`` of site ``name``'s Normal prior in every fit: floats when all fits share them, else
+    ``[K, *shape]`` tensors."""
     params = [normal_prior_params(bnn.prior_distributions()[name], name) for bnn in bnns]
     if all(not isinstance(m, torch.Tensor) and not isinstance(s, torch.Tensor) for m, s in params) \
             and len(set(params)) == 1:
@@ -156,7 +157,7 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
             kl = kl + log_q - prior.log_prob(z).reshape(count, -1).sum(1)
             latent_values[n] = z
         f = forward(values, xb)
-        log_lik = template.likelihood.training_log_prob(f, yb, latent_values).reshape(count, -1).sum(1)
+        log_lik = stacked_log_likelihood(template.likelihood, f, yb, latent_values)
         return log_lik * (num_data / xb.shape[1]), kl
 
     def on_stop(k, step, what):
