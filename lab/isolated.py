@@ -65,7 +65,8 @@ def write_in_child(write: Callable, path, *args) -> None:
         os.close(read_end)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         return
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _INTERRUPTED:
+    if (os.WIFEXITED(status) and os.WEXITSTATUS(status) == _INTERRUPTED) or (
+            os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT):  # the terminal's Ctrl-C reached it
         raise KeyboardInterrupt
     code, _, text = message.partition("\t")
     if os.WIFSIGNALED(status):

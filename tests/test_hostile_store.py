@@ -460,3 +460,15 @@ def test_hostile_data_files_are_refused_in_one_line(tmp_path, case):
         load_dataset(spec.format(path))
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 600
     assert time.perf_counter() - started < FAST
+
+
+@pytest.mark.parametrize("ending", ["raises KeyboardInterrupt", "killed by SIGINT"])
+def test_ctrl_c_in_the_netcdf_writer_is_raised_as_ctrl_c(tmp_path, ending):
+    def interrupted(path):
+        if ending == "raises KeyboardInterrupt":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGINT)  # SIG_DFL in the writer: it dies by the signal, as from a terminal
+        time.sleep(5)
+
+    with pytest.raises(KeyboardInterrupt):
+        write_in_child(interrupted, tmp_path / "posterior.nc")
