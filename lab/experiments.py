@@ -293,7 +293,8 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     fitted, and the tables hold every finished run of the grid;
     ``time_limit``: seconds after which no run is started; ``runs_dir``: the folder of run
     directories (default ``out/runs``); ``batch_fits``: at most this many runs that differ only in split or
-    seed are fitted as one stacked program (:mod:`lab.run_batches`; local executor; 1: every run alone).  Returns ``{"results": DataFrame, "summary": DataFrame,
+    seed are fitted as one stacked program (:mod:`lab.run_batches`; local executor; 1: every run alone).
+    Returns ``{"results": DataFrame, "summary": DataFrame,
     "failures": {key: error}, "skipped": n, "not_started": n, "files": [paths], "wall_seconds": s}``;
     ``summary.md`` ends with the wall time of this invocation and the summed run times of all
     runs in the table.
@@ -420,8 +421,8 @@ def add_experiment_arguments(parser) -> None:
     parser.add_argument("--runs", metavar="DIR", help="folder of the run directories (default OUT/runs); grids "
                         "holding the same runs (uci-benchmark, bdl-baselines) share them through one DIR")
     parser.add_argument("--batch-fits", type=int, default=10, metavar="K",
-                        help="fit up to K runs that differ only in split or seed (map, svi) as one vectorised program "
-                             "(default 10; 1: every run alone; local executor)")
+                        help="fit up to K runs that differ only in split or seed (map, ensemble, svi) as one "
+                             "vectorised program (default 10; 1: every run alone; local executor)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

@@ -151,3 +151,16 @@ def test_ensemble_members_train_as_one_stacked_program():
         torch.testing.assert_close(stacked.draws[name], value, atol=1e-5, rtol=1e-5)
     assert stacked.info["member_histories"][2]["loss"] == pytest.approx(looped.info["member_histories"][2]["loss"],
                                                                         rel=1e-5)
+
+
+def test_ensemble_runs_stack_their_members_across_runs():
+    """K ensemble runs of M members as one program: each run equals its own ensemble fit."""
+    options = dict(num_members=2, **MAP_OPTIONS)
+    fits, data = _stacked("ensemble", seeds=(10, 11), **options)
+    for k, posterior in enumerate(fits):
+        single = fit(_model(k), *data[k], backend="ensemble", seed=10 + k, progress=False, **options)
+        assert posterior.num_chains == 2 and posterior.info["member_seeds"] == single.info["member_seeds"]
+        for name, value in single.draws.items():
+            torch.testing.assert_close(posterior.draws[name], value, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="one after another"):
+        _stacked("ensemble", seeds=(1, 2), vectorise=False, **options)

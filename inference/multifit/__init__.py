@@ -8,8 +8,9 @@ its own data, minibatch order and random numbers (:mod:`inference.multifit.stack
 result is what ``fit(bnns[k], xs[k], ys[k], backend=..., seed=seeds[k], **options)`` returns, up to
 float rounding (same seed, same protocol; tested in ``tests/test_multifit.py``).
 
-Backends with a stacked engine: ``map`` (:mod:`inference.multifit.map`) and ``svi`` on its fused
-ELBO path (the default mean-field Normal guide, Normal weight priors; :mod:`inference.multifit.svi`).
+Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.map`)
+and ``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
+:mod:`inference.multifit.svi`).
 :func:`batch_blocker` says why a fit cannot join a batch (then it runs one at a time, as before):
 another backend or ELBO path, trainable deterministic parameters (one network shared by all draws),
 partially random parameters, layers that are random at training time (dropout, batch norm) or
@@ -29,13 +30,13 @@ from zoo.bnn import BayesianNetwork
 from ..backends import get_backend, preserved_session
 from ..backends.base import check_training_data, parse_config
 from ..backends.svi import choose_elbo_path
-from .map import fit_map_stacked
+from .map import fit_ensemble_stacked, fit_map_stacked
 from .svi import fit_svi_stacked
 
 __all__ = ["STACKED_BACKENDS", "fit_many", "batch_blocker", "batch_signature"]
 
 #: backends with a stacked engine: name -> ``(bnns, xs, ys, config, seeds, progress) -> [Posterior | error]``
-STACKED_BACKENDS = {"map": fit_map_stacked, "svi": fit_svi_stacked}
+STACKED_BACKENDS = {"map": fit_map_stacked, "svi": fit_svi_stacked, "ensemble": fit_ensemble_stacked}
 
 #: layers whose training-time forward is random or batch-dependent: such fits run one at a time
 _TRAINING_TIME_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
@@ -56,6 +57,8 @@ def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
     layers = sorted({type(m).__name__ for m in bnn.net.modules() if isinstance(m, _TRAINING_TIME_LAYERS)})
     if layers:
         return f"the network has layers that are random or batch-dependent in training ({', '.join(layers)})"
+    if backend == "ensemble" and (config.parallel or not config.vectorise):
+        return "the ensemble fits its members in other processes or one after another (workers, executor, vectorise)"
     if backend == "svi":
         path, reason = choose_elbo_path(bnn, config)
         if path != "fused":
@@ -82,7 +85,7 @@ def batch_signature(bnn: BayesianNetwork, backend: str, x: torch.Tensor, y: torc
     fixed = tuple((n, tuple(t.reshape(-1).tolist())) for n, t in
                   [*((n, p) for n, p in bnn.net.named_parameters() if n not in {s.name for s in bnn.sites}),
                    *bnn.net.named_buffers()])
-    priors = bnn.prior_distributions() if backend == "map" else bnn.latent_priors()
+    priors = bnn.latent_priors() if backend == "svi" else bnn.prior_distributions()
     return (type(bnn.net).__name__, repr(bnn.net), sites, fixed, repr(bnn.likelihood),
             tuple((n, _distribution_key(d)) for n, d in priors.items()),
             tuple(x.shape), tuple(y.shape), str(x.dtype), str(x.device), str(bnn.target_scale.dtype))
@@ -95,7 +98,7 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     Args:
         bnns: K :class:`~zoo.bnn.BayesianNetwork` s (each fit's own model, e.g. built under its own seed).
         xs, ys: K training sets (tensors or arrays, as for :func:`inference.fit`; the same number of rows).
-        backend: ``"map"`` or ``"svi"`` (:data:`STACKED_BACKENDS`).
+        backend: ``"map"``, ``"ensemble"`` or ``"svi"`` (:data:`STACKED_BACKENDS`).
         seeds: K seeds (default ``0, 1, ..., K−1``): fit k's minibatch order and random draws.
         progress: one tqdm bar for the batch.
         **options: the backend's options, shared by every fit (see its ``Config``).

@@ -6,7 +6,8 @@ minibatch order (seed k); the stacked loop (:mod:`inference.multifit.stacked`) g
 update it would get alone.  :func:`fit_map_stacked` returns what ``fit(bnns[k], xs[k], ys[k],
 backend="map", seed=seeds[k])`` returns, up to float rounding (a point mass: one chain of one
 draw); :func:`fit_map_members` the :class:`~inference.backends.map.MAPFit` s of K members of one
-model on one data set (the ``ensemble`` backend's members, each its own start and seed).
+model on one data set (the ``ensemble`` backend's members, each its own start and seed);
+:func:`fit_ensemble_stacked` K ``ensemble`` runs (K·M members) at once.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..potential import Potential
 from ..training import HISTORY_KEYS, NonFiniteLossError
 from .stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
 
-__all__ = ["fit_map_stacked", "fit_map_members"]
+__all__ = ["fit_map_stacked", "fit_map_members", "fit_ensemble_stacked"]
 
 
 def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool,
@@ -108,3 +109,35 @@ def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, 
     xs, ys = x.expand(count, *x.shape), y.expand(count, *y.shape)
     fits, stopped = _train(bnn, starts, xs, ys, config, seeds, progress, f"ensemble x{count} (stacked)")
     return fits, [None if s is None else s[0] for s in stopped]
+
+
+def fit_ensemble_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
+    """K ``ensemble`` fits of M = ``config.num_members`` members each, all K·M MAP fits as one stacked program.
+
+    Run k's member m starts where :class:`~inference.backends.ensemble.EnsembleBackend` starts it (member 0 at
+    the network's weights, member m ≥ 1 at :func:`~inference.backends.ensemble.member_initial_values` under
+    seed k + m) and shuffles with seed k + m.  Returns per run a :class:`~inference.posterior.SamplePosterior`
+    of M chains, or a :class:`~inference.training.NonFiniteLossError` carrying it when a member stopped.
+    """
+    from ..backends.ensemble import member_initial_values
+
+    started, members = time.perf_counter(), int(config.num_members)
+    starts, member_seeds = [], []
+    for bnn, seed in zip(bnns, seeds):
+        starts += [bnn.initial_values()] + [member_initial_values(bnn, int(seed) + m) for m in range(1, members)]
+        member_seeds += [int(seed) + m for m in range(members)]
+    fits, stopped = _train(bnns[0], starts, xs.repeat_interleave(members, 0), ys.repeat_interleave(members, 0),
+                           config, member_seeds, progress, f"ensemble {len(bnns)} x {members} members (stacked)")
+    seconds = (time.perf_counter() - started) / len(bnns)
+    results = []
+    for k, (bnn, seed) in enumerate(zip(bnns, seeds)):
+        own = fits[k * members:(k + 1) * members]
+        info = run_info("ensemble", config, int(seed), xs[k], started, num_chains=members, vectorised=True,
+                        member_seeds=member_seeds[k * members:(k + 1) * members], history=own[0].history,
+                        member_histories=[fit.history for fit in own], multifit={"fits": len(bnns), "index": k})
+        info["fit_seconds"] = seconds
+        posterior = SamplePosterior(bnn, stack_members(own), info=info)
+        failed = [(m, s) for m, s in enumerate(stopped[k * members:(k + 1) * members]) if s is not None]
+        results.append(posterior if not failed else NonFiniteLossError(
+            failed[0][1][0], f"the loss or gradient of ensemble member {failed[0][0]}", posterior))
+    return results
