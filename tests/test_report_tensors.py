@@ -38,3 +38,14 @@ def test_report_data_of_the_wrong_kind_is_a_clear_error(tmp_path):
         write_report(posterior, tmp_path / "r.html", data=(x, y_std, x))
     with pytest.raises(ValueError, match="data= for the report"):
         write_report(posterior, tmp_path / "r.html", data=(x, y_std[:5]))
+
+
+def test_report_refuses_another_dataset_than_the_fit(tmp_path):
+    """A Dataset with another target scaling than the model's (another split or set) is refused by name."""
+    from zoo.data import regression_dataset
+
+    posterior, x, y, _ = _fitted()
+    other = regression_dataset("other", x.numpy(), (3 * y).numpy(), x[:10].numpy(), (3 * y[:10]).numpy(),
+                               feature_names=["x"], target_names=["y"], info={})
+    with pytest.raises(ValueError, match="data"):
+        write_report(posterior, tmp_path / "r.html", data=other)

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from zoo.checks import check_dataset
 from zoo.data import DataError, Dataset
 
 from inference.arviz_export import load_netcdf
@@ -235,8 +236,11 @@ def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> Run:
             raise ValueError("a report of a posterior needs the data it was fitted on: pass data=dataset "
                              "(a zoo.data.Dataset) or data=(x, y) / (x_train, y_train, x_test, y_test) tensors "
                              "as given to fit, e.g. write_report(posterior, 'report.html', data=(x, y))")
-        if isinstance(data, (tuple, list)):
+        if isinstance(data, (tuple, list)):  # the points given: the fit's own size is not required
             data = tensors_as_dataset(run.bnn, data)
+            check_dataset(run.bnn, data, "data")
+        else:  # the Dataset the posterior was fitted on: its scaling and training size must match
+            check_dataset(run.bnn, data, "data", num_data=run.info.get("num_data"))
         return Run.from_posterior(run, data, seed=seed)
     if data is not None:
         raise ValueError(f"data= is for a report of a Posterior; a {type(run).__name__} holds its own data")
