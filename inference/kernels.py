@@ -235,7 +235,8 @@ class _StochasticGradientKernel(MCMCKernel):
             site["value"].numel() * float(site["scale"]) for site in trace.nodes.values() if _is_data_site(site)
         )
         self._batch_ratio = max([1.0] + [float(site["scale"]) for site in trace.nodes.values() if _is_data_site(site)])
-        self._plates = [site["fn"] for site in trace.nodes.values() if site["type"] == "sample" and isinstance(site["fn"], _Subsample)]
+        self._plates = [site["fn"] for site in trace.nodes.values()
+                        if site["type"] == "sample" and isinstance(site["fn"], _Subsample)]  # fmt: skip
 
     def _fixed_batch_potential(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """U(z) for ``z`` ``[D]`` with the likelihood on fixed minibatches: the mean of :meth:`potential_fn`
@@ -313,9 +314,10 @@ class _StochasticGradientKernel(MCMCKernel):
 class SGLD(_StochasticGradientKernel):
     """Stochastic-gradient Langevin dynamics (Welling & Teh 2011, eq. 4).
 
-    z ← z + (ε_t/2) g + √ε_t ξ on the unconstrained space; ``step_size`` is ε (a float) or a
+    z ← z + (ε_t/2) g + √ε_t ξ on the unconstrained space; ``step_size`` is ε (a float), a
     schedule t -> ε_t (e.g. :func:`inference.mcmc.sgmcmc.polynomial_decay`, Welling & Teh's
-    a(b + t)^−γ).  ``init_strategy``: a name in :data:`INIT_STRATEGIES` or a Pyro init strategy.
+    a(b + t)^−γ) or ``None`` (default: the curvature rule, module docstring; also for
+    :class:`PSGLD` and :class:`SGHMC`).  ``init_strategy``: a name in :data:`INIT_STRATEGIES` or a Pyro init strategy.
     """
 
     def _build(self, value_and_grad) -> Kernel:

@@ -135,7 +135,8 @@ def test_cyclical_default_peak_follows_its_rule():
     half the SGD limit: with a full batch the exploration bound 1/λ is the smaller one."""
     data = make_conjugate_regression(n=500)
     largest = float(torch.linalg.eigvalsh(torch.linalg.inv(data.post_cov.double())).max())
-    for batch_size, expected in ((None, 1 / largest), (50, sgld_step_size(largest, 10) / 2 / ((math.cos(0.8 * math.pi) + 1) / 2))):
+    sampling_start = (math.cos(0.8 * math.pi) + 1) / 2  # the cosine schedule at β = 0.8, / α₀
+    for batch_size, expected in ((None, 1 / largest), (50, sgld_step_size(largest, 10) / 2 / sampling_start)):
         post = fit(linear_bnn(data), data.x, data.y, backend="csgmcmc", seed=0, progress=False, init="current",
                    batch_size=batch_size, num_chains=2, num_samples=4, num_cycles=2, thin=1)  # fmt: skip
         assert math.isclose(post.info["config"]["step_size"], expected, rel_tol=1e-3)

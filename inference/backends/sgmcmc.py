@@ -37,7 +37,8 @@ import torch
 from ..mcmc.driver import run_chains, thinned
 from ..mcmc.sgmcmc import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from ..mcmc.sgmcmc_steps import (
-    CURVATURE_ROWS, PSGLD_WARM_START, cyclical_step_size, hessian_operator, preconditioned, rms_preconditioner, sghmc_step_size, sgld_step_size,
+    CURVATURE_ROWS, PSGLD_WARM_START, cyclical_step_size, hessian_operator, preconditioned, rms_preconditioner,
+    sghmc_step_size, sgld_step_size,
     spectral_radius,
 )  # fmt: skip
 from ..posterior import SamplePosterior
@@ -229,7 +230,9 @@ class SGMCMCBackend(Backend):
         """``config`` with the default step size filled in, and the record of how it was chosen."""
         if loader is None:
             n = potential.num_data if config.batch_size is None else min(config.batch_size, potential.num_data)
-            rows = None if potential.num_data <= CURVATURE_ROWS else torch.randperm(potential.num_data, generator=generator)[:CURVATURE_ROWS]
+            rows = None
+            if potential.num_data > CURVATURE_ROWS:
+                rows = torch.randperm(potential.num_data, generator=generator)[:CURVATURE_ROWS]
             x, y = (potential.x, potential.y) if rows is None else (potential.x[rows], potential.y[rows])
         else:  # the loader's first batches, up to CURVATURE_ROWS rows
             batches = []
@@ -248,7 +251,8 @@ class SGMCMCBackend(Backend):
             radii.append(spectral_radius(operator, start))
             return radii[-1]
 
-        step = self.default_step_size(config, hessian, curvature, batch_ratio, z=z0, estimate=estimate, num_data=potential.num_data)
+        step = self.default_step_size(config, hessian, curvature, batch_ratio, z=z0, estimate=estimate,
+                                      num_data=potential.num_data)  # fmt: skip
         record = {"curvature": radii[-1], "batch_ratio": batch_ratio, "step_size": step, "curvature_rows": x.shape[0]}
         return replace(config, step_size=step), record
 

@@ -11,7 +11,8 @@ to explore.  ``step_size`` is a float or a schedule ``t -> ε_t`` (t = steps tak
 
 * :func:`sgld` — Welling & Teh 2011, eq. 4: z ← z + (ε_t/2) g + √ε_t ξ.
 * :func:`psgld` — Li et al. 2016, Alg. 1: V ← αV + (1−α) ḡ⊙ḡ with ḡ = g/N (V starts at the
-  mean ḡ⊙ḡ of ``warm_start`` estimates at the start), G = 1 ⊘ (λ + √V), z ← z + (ε_t/2) G⊙g + √(ε_t G) ξ; the Γ(θ) correction is
+  mean ḡ⊙ḡ of ``warm_start`` estimates at the start), G = 1 ⊘ (λ + √V),
+  z ← z + (ε_t/2) G⊙g + √(ε_t G) ξ; the Γ(θ) correction is
   omitted, as the authors recommend (its bias vanishes as α → 1).
 * :func:`sghmc` — Chen et al. 2014, eq. 15 with M = I and β̂ = 0: v ← (1−α) v + η g +
   √(2αη) ξ, z ← z + v (``step_size`` η, ``friction`` α); this is Chen et al.'s

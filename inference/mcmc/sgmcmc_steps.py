@@ -33,7 +33,8 @@ from typing import Callable
 import torch
 
 __all__ = [
-    "VARIANCE_INFLATION", "CURVATURE_ROWS", "PSGLD_WARM_START", "hessian_operator", "spectral_radius", "rms_preconditioner", "preconditioned",
+    "VARIANCE_INFLATION", "CURVATURE_ROWS", "PSGLD_WARM_START", "hessian_operator", "spectral_radius",
+    "rms_preconditioner", "preconditioned",
     "sgld_step_size", "sghmc_step_size", "cyclical_step_size",
 ]  # fmt: skip
 
