@@ -126,10 +126,17 @@ def test_bad_options(options, message):
         fit(_bnn(), x, y, backend="deep-ensemble", progress=False, **options)
 
 
-def test_bad_models_and_data():
+def test_members_of_a_likelihood_with_latents_fit_their_own():
+    x, _ = _data(96)
+    noise = 0.5 * torch.randn(96, 1, generator=torch.Generator().manual_seed(2))  # pure noise: precision 1/0.25
+    bnn = _bnn(likelihood=GaussianLikelihood(learn_noise=True), outputs=1)
+    posterior = fit(bnn, x, noise, backend="deep-ensemble", seed=0, **{**OPTIONS, "epochs": 40, "lr": 0.1})
+    precision = posterior.draws["noise_precision"]  # [M, 1, T]: each member its own, from the prior median 63
+    assert precision.shape == (3, 1, 1) and len(set(precision.flatten().tolist())) == 3
+    assert bool(((precision > 2.5) & (precision < 8.0)).all()), precision.flatten()
+
+
+def test_bad_data():
     x, y = _data(8)
-    with pytest.raises(ValueError, match="heteroscedastic.*'ensemble'"):
-        fit(_bnn(likelihood=GaussianLikelihood(learn_noise=True), outputs=1), x, y, backend="deep-ensemble",
-            progress=False)
     with pytest.raises(ValueError, match="DataLoader"):
         fit(_bnn(), DataLoader(TensorDataset(x, y), batch_size=4), backend="deep-ensemble", progress=False)

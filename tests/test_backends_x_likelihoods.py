@@ -26,6 +26,7 @@ TINY = {
     "swag": dict(epochs=4, burnin_epochs=2, batch_size=8, num_samples=6, max_rank=2),
     "multiswag": dict(epochs=4, burnin_epochs=2, batch_size=8, num_samples=3, max_rank=2, num_members=2),
     "ensemble": dict(epochs=5, batch_size=8, num_members=2),
+    "deep-ensemble": dict(epochs=5, batch_size=8, num_members=2),
     "hmc": dict(num_chains=1, warmup_steps=6, num_samples=6, map_steps=20, num_steps=4, compile=False),
     "nuts": dict(num_chains=1, warmup_steps=6, num_samples=6, map_steps=20, max_tree_depth=3, compile=False),
     **{name: dict(num_chains=1, num_samples=6, thin=1, warmup_steps=6, map_steps=20, batch_size=8)

@@ -8,7 +8,11 @@ Algorithm 1 of the paper, with its defaults:
 * each member is a *mean-variance network* trained with a proper scoring rule: the honest negative
   log-likelihood of the model's likelihood — the heteroscedastic Gaussian
   (:class:`zoo.likelihoods.HeteroscedasticGaussianLikelihood`, whatever its β: β only changes
-  other backends' training loss) for regression, the categorical for classification;
+  other backends' training loss) for regression, which :mod:`lab.runs` builds for this backend
+  when a run names no likelihood, the categorical for classification.  With a likelihood that has
+  latent sites (a learned Gaussian noise precision, a Student-t's scale and ν) each member fits its
+  own latents by the same loss (maximum likelihood; MAP with ``prior=True``), so every likelihood
+  works, but only the mean-variance network is the paper's member;
 * adversarial training by the fast gradient sign method (Goodfellow et al. 2015):
   x' = x + ε ⊙ sign(∇ₓ ℓ(θ, x, y)) with ε = ``epsilon`` (0.01) × the range (max − min over the
   training rows) of each input, and the loss ℓ(θ, x, y) + ℓ(θ, x', y) per minibatch
@@ -49,20 +53,15 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 import torch
+from torch.distributions import biject_to
 from torch.func import vmap
 
-from zoo.likelihoods import CategoricalLikelihood, HeteroscedasticGaussianLikelihood
-
 from ..posterior import SamplePosterior
-from ..potential import frozen_deterministic
+from ..potential import Potential, frozen_deterministic
 from .base import Backend, NonFiniteLossError
 from .ensemble import member_initial_values
 
 __all__ = ["DeepEnsembleConfig", "DeepEnsembleBackend", "fgsm_epsilon", "fgsm_inputs"]
-
-#: likelihoods whose density is a function of the network output alone (no learned latent sites)
-MEMBER_LIKELIHOODS = (HeteroscedasticGaussianLikelihood, CategoricalLikelihood)
-
 
 @dataclass
 class DeepEnsembleConfig:
@@ -117,43 +116,37 @@ def fgsm_inputs(x: torch.Tensor, gradient: torch.Tensor, epsilon: torch.Tensor) 
     return (x + epsilon * gradient.sign()).detach()
 
 
-def check_member_model(bnn) -> None:
-    """``ValueError`` unless the likelihood is a mean-variance (or categorical) one without latent sites."""
-    likelihood = bnn.likelihood
-    if not isinstance(likelihood, MEMBER_LIKELIHOODS):
-        raise ValueError(
-            f"deep-ensemble members are mean-variance networks trained by their negative log-likelihood "
-            f"(Lakshminarayanan et al. 2017): build the model with the heteroscedastic likelihood "
-            f"(HeteroscedasticGaussianLikelihood, --likelihood heteroscedastic, 2 outputs per target) for regression "
-            f"or the categorical one for classification, not {type(likelihood).__name__}; members with a shared "
-            f"homoscedastic noise are backend 'ensemble'"
-        )
-
-
 class _Members:
-    """The stacked members' loss on per-member minibatches ``[M, n, ...]``, by ``vmap`` or a loop."""
+    """The stacked members' loss on per-member minibatches ``[M, n, ...]``, by ``vmap`` or a loop.
 
-    def __init__(self, bnn, vectorise: bool, num_data: int, use_prior: bool):
-        self.bnn, self.num_data, self.use_prior = bnn, num_data, use_prior
+    ``values`` hold the weights ``{site: [M, ...]}`` and the likelihood latents in unconstrained
+    coordinates (``transforms`` maps them to their support, as the MAP fit does)."""
+
+    def __init__(self, bnn, vectorise: bool, num_data: int, use_prior: bool, transforms: dict):
+        self.bnn, self.num_data, self.use_prior, self.transforms = bnn, num_data, use_prior, transforms
         batched = vectorise and bnn.batched_draws is not False
         self.vectorised = batched
         self._forward = vmap(bnn.forward_single, in_dims=(0, 0), randomness="different") if batched else None
 
-    def outputs(self, values: dict, xb: torch.Tensor) -> torch.Tensor:
+    def constrained(self, values: dict) -> dict:
+        return {n: self.transforms[n](v) if n in self.transforms else v for n, v in values.items()}
+
+    def outputs(self, weights: dict, xb: torch.Tensor) -> torch.Tensor:
         """Network outputs ``[M, n, O]`` of member m at its inputs ``xb[m]``."""
         if self._forward is not None:
-            return self._forward(values, xb)
-        return torch.stack([self.bnn.forward_single({n: v[m] for n, v in values.items()}, xb[m])
+            return self._forward(weights, xb)
+        return torch.stack([self.bnn.forward_single({n: v[m] for n, v in weights.items()}, xb[m])
                             for m in range(xb.shape[0])])
 
     def losses(self, values: dict, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         """Each member's mean negative log-likelihood on its batch (plus −log prior / N) ``[M]``."""
-        f = self.outputs(values, xb)
-        nll = -self.bnn.likelihood.distribution(f, {}).log_prob(yb)
+        current = self.constrained(values)
+        f = self.outputs({n: v for n, v in current.items() if n not in self.transforms}, xb)
+        nll = -self.bnn.likelihood.distribution(f, {n: current[n] for n in self.transforms}).log_prob(yb)
         nll = nll.reshape(nll.shape[0], nll.shape[1], -1).sum(-1).mean(1)  # targets summed, batch mean
         if self.use_prior:
             priors = self.bnn.prior_distributions()
-            log_prior = torch.stack([sum(priors[n].log_prob(v[m]) for n, v in values.items())
+            log_prior = torch.stack([sum(priors[n].log_prob(v[m]) for n, v in current.items())
                                      for m in range(nll.shape[0])])
             nll = nll - log_prior / self.num_data
         return nll
@@ -215,15 +208,18 @@ class DeepEnsembleBackend(Backend):
 
     def run(self, bnn, x, y, config: DeepEnsembleConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
-        check_member_model(bnn)
         if config.adversarial and not x.is_floating_point():
             raise ValueError("adversarial training perturbs the inputs along their gradient, but x is not floating "
                              f"point ({x.dtype}); use adversarial=False")
         count = int(config.num_members)
         epsilon = fgsm_epsilon(x, config.epsilon) if config.adversarial else None
+        potential = Potential(bnn, x, y)  # the latents' priors and starting values (their prior medians)
+        transforms = {n: biject_to(potential.priors[n].support) for n in bnn.latent_priors()}
+        latents = {n: transforms[n].inv(v) for n, v in potential.latent_init().items()}
         starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + m) for m in range(1, count)]
+        starts = [{**start, **latents} for start in starts]
         stacked = {n: torch.stack([s[n].to(x) for s in starts]) for n in bnn.site_names}
-        members = _Members(bnn, config.vectorise, x.shape[0], config.prior)
+        members = _Members(bnn, config.vectorise, x.shape[0], config.prior, transforms)
         shared = bnn.deterministic_parameters()
         stages = [(0, 1, shared), (1, count, [])] if shared else [(0, count, [])]
         values, histories, error = {}, [], None
@@ -239,9 +235,11 @@ class DeepEnsembleBackend(Backend):
             for n, v in part.items():
                 values.setdefault(n, []).append(v.detach())
             histories += part_histories
-        draws = {n: torch.cat(v).unsqueeze(1) for n, v in values.items()}
+        draws = {n: torch.cat(v) for n, v in values.items()}
         if len(histories) < count:  # a member stopped early: the others keep their starting point
-            draws = {n: torch.cat([d, stacked[n][d.shape[0]:].unsqueeze(1)]) for n, d in draws.items()}
+            draws = {n: torch.cat([d, stacked[n][d.shape[0]:]]) for n, d in draws.items()}
+        with torch.no_grad():
+            draws = {n: v.unsqueeze(1) for n, v in members.constrained(draws).items()}
             histories += [[] for _ in range(count - len(histories))]
         info = {"backend": self.name, "config": asdict(config), "seed": seed, "num_data": x.shape[0],
                 "fit_seconds": time.perf_counter() - started, "member_seeds": [seed + m for m in range(count)],
