@@ -155,10 +155,14 @@ def test_beta_nll_reweights_the_training_objective_only():
     torch.testing.assert_close(weighted.log_prob(f, y_std, {}), plain.log_prob(f, y_std, {}))
     var = f[..., 2:].detach().exp()
     elementwise = torch.distributions.Normal(f[..., :2], (0.5 * f[..., 2:]).exp()).log_prob(y_std)
-    torch.testing.assert_close(weighted.training_log_prob(f, y_std, {}), (var**0.7 * elementwise).sum(-1))
+    weight = var**0.7 / (var**0.7).mean(dim=(-2, -1), keepdim=True)  # σ^(2β), mean 1 per draw
+    torch.testing.assert_close(weighted.training_log_prob(f, y_std, {}), (weight * elementwise).sum(-1))
     (grad,) = torch.autograd.grad(weighted.training_log_prob(f, y_std, {}).sum(), f)
-    # the weight is a stop-gradient: the mean gradient is σ^(2β) (y − μ)/σ²
-    torch.testing.assert_close(grad[..., :2], var**0.7 * (y_std - f[..., :2].detach()) / var)
+    # the weight is a stop-gradient: the mean gradient is w (y − μ)/σ²
+    torch.testing.assert_close(grad[..., :2], weight * (y_std - f[..., :2].detach()) / var)
+    # a common σ gives the plain NLL whatever it is: β-NLL does not temper the likelihood against a KL
+    same = torch.cat([f[..., :2].detach(), torch.full_like(f[..., 2:], -3.0)], -1)
+    torch.testing.assert_close(weighted.training_log_prob(same, y_std, {}), plain.log_prob(same, y_std, {}))
 
 
 # ---------------------------------------------------------------- model wiring

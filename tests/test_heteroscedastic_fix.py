@@ -1,0 +1,43 @@
+"""The heteroscedastic last layer on the generated set that broke it (issue 29), at a small size."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from lab.runs import RunSpec, execute
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("heteroscedastic_uci", ROOT / "benchmarks" / "heteroscedastic_uci.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_set_is_in_the_uci_layout_bounded_skewed_and_heteroscedastic(tmp_path):
+    generator = _generator()
+    folder = generator.write_heteroscedastic_uci(tmp_path / "het", n_rows=400, n_splits=2)
+    table = generator.heteroscedastic_table(400)
+    y = table[:, -1]
+    low, high = generator.TARGET_RANGE
+    assert ((low <= y) & (y <= high)).all() and ((y - y.mean()) ** 3).mean() > 0  # bounded, right-skewed
+    for split in (0, 1):
+        train = set((folder / f"index_train_{split}.txt").read_text().split())
+        test = set((folder / f"index_test_{split}.txt").read_text().split())
+        assert len(test) == 40 and not train & test and len(train | test) == 400
+    with pytest.raises(ValueError, match="n_rows >= 20"):
+        generator.write_heteroscedastic_uci(tmp_path / "small", n_rows=5)
+
+
+def test_heteroscedastic_last_layer_is_no_worse_than_the_gaussian_one(tmp_path):
+    folder = _generator().write_heteroscedastic_uci(tmp_path / "het", n_rows=3000)
+    common = dict(data=f"uci:{folder}", model="mlp", hidden=[50], stochastic="last", backend="svi", epochs=40,
+                  num_samples=50)
+    metrics = {name: execute(RunSpec(likelihood=name, **common), progress=False).metrics
+               for name in ("gaussian", "heteroscedastic")}
+    gaussian, heteroscedastic = metrics["gaussian"], metrics["heteroscedastic"]
+    assert heteroscedastic["rmse"] <= 1.1 * gaussian["rmse"], metrics
+    assert heteroscedastic["test_ll"] >= gaussian["test_ll"], metrics
+    assert not heteroscedastic["failed_fit"], heteroscedastic["failed_fit_reason"]
