@@ -1,9 +1,10 @@
 """Grid throughput: a fixed slice of the UCI grid run one at a time and as stacked batches (issue 26).
 
 The slice: ``--datasets`` (energy, yacht) × ``--splits`` standard splits (20) × ``--backends`` (svi as in
-``uci-benchmark``, map as in ``bdl-baselines``), Gaussian likelihood, every weight random — the very
-specs of :mod:`lab.grids`.  Per (dataset, backend) the runs are done both ways, interleaved (the order
-alternates between groups):
+``uci-benchmark``; map and ensemble, 5 members, as in ``bdl-baselines``), Gaussian likelihood, every weight
+random — the very specs of :mod:`lab.grids`.  One at a time, an ensemble run stacks its own members (the
+backend's default); batched, the members of all its splits' runs form one program.  Per (dataset, backend)
+the runs are done both ways, interleaved (the order alternates between groups):
 
 * one at a time: :func:`lab.runs.execute` per run (fit, predict, metrics, ArviZ exports);
 * batched: :func:`inference.multifit.fit_many` over the group's splits, then
@@ -65,7 +66,7 @@ def batched(specs, datas) -> tuple[float, list]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["energy", "yacht"])
-    parser.add_argument("--backends", nargs="+", default=["svi", "map"], choices=["svi", "map"])
+    parser.add_argument("--backends", nargs="+", default=["svi", "map", "ensemble"], choices=["svi", "map", "ensemble"])
     parser.add_argument("--splits", type=int, default=20, help="standard splits per data set (default 20)")
     args = parser.parse_args(argv)
     if not 2 <= args.splits <= 20:

@@ -3,8 +3,8 @@
 K fits that share an architecture, a backend and its options, but each with its own data, seed
 and minibatch order, train as one program: every parameter of fit k is row k of a stacked tensor,
 the network runs once per step for all fits (``torch.func.vmap`` over the stacked weights and the
-fits' own minibatches, the mechanism of the deep-ensemble backend,
-:class:`inference.backends.deep_ensemble._Members`), and one Adam steps every stacked tensor.
+fits' own minibatches, as the deep-ensemble backend runs its members), and one Adam steps every
+stacked tensor.
 
 Why each fit gets the update it would get alone:
 
@@ -30,7 +30,6 @@ import torch
 from torch.func import vmap
 from tqdm.auto import tqdm
 
-from ..backends.deep_ensemble import _Members
 from ..training import HISTORY_KEYS, kl_weight, lr_scheduler
 
 __all__ = ["StackedBatches", "stacked_forward", "stacked_log_likelihood", "run_stacked_loop", "per_fit_norms"]
@@ -73,10 +72,10 @@ class StackedBatches:
 
 def stacked_forward(bnn) -> Callable:
     """``forward(values {site: [K, *shape]}, x [K, n, ...]) -> [K, n, O]``: fit k's network at its own
-    weights and inputs, by the deep-ensemble backend's ``vmap`` of
-    :meth:`~zoo.bnn.BayesianNetwork.forward_single` (a loop over the fits for a network without
-    ``vmap`` rules)."""
-    return _Members(bnn, True, 1, False).outputs
+    weights and inputs — ``vmap`` of :meth:`~zoo.bnn.BayesianNetwork.forward_single` over both, as the
+    deep-ensemble backend runs its members (``_Members.outputs``).  Networks without ``vmap`` rules are not
+    stacked (:func:`inference.multifit.batch_blocker`)."""
+    return vmap(bnn.forward_single, in_dims=(0, 0), randomness="different")
 
 
 def stacked_log_likelihood(likelihood, f: torch.Tensor, y: torch.Tensor, latents: dict) -> torch.Tensor:

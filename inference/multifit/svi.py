@@ -112,12 +112,18 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
         for bnn, values in zip(bnns, init):
             bnn.update_reference({s.name: values[s.name] for s in bnn.sites})
     guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
-    guides, noise_generators = [], []
+    device = xs.device
+    guides, noise_generators = [], []  # per fit: (the device's generator for the noise, the CPU one for randperm)
     for bnn, values, seed in zip(bnns, init, seeds):
-        with torch.random.fork_rng(devices=[]):  # the global stream of the one-at-a-time fit, continued per fit
+        # the global streams of the one-at-a-time fit, continued per fit
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(int(seed))
             guides.append(build_guide(config.guide, bnn, init_values=values, **guide_kwargs))
-            noise_generators.append(torch.Generator().set_state(torch.get_rng_state()))
+            cpu = torch.Generator().set_state(torch.get_rng_state())
+            on_device = cpu if device.type == "cpu" else \
+                torch.Generator(device).set_state(torch.cuda.get_rng_state(device) if device.type == "cuda"
+                                                  else torch.get_rng_state())
+            noise_generators.append((on_device, cpu))
     sites = [name for name, _, _ in guides[0]._site_parameters()]
     weights = [s.name for s in template.sites]
     locs = {n: torch.stack([p.detach() for g in guides for name, p, _ in g._site_parameters() if name == n])
@@ -132,11 +138,11 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
 
     def draw_noise(batch_rows: int) -> dict:
         noise = {n: torch.empty_like(locs[n]) for n in sites}
-        for k, generator in enumerate(noise_generators):
+        for k, (generator, cpu) in enumerate(noise_generators):
             for n in sites:
                 noise[n][k].normal_(generator=generator)
             if batch_rows < num_data:
-                torch.randperm(num_data, generator=generator)  # the data plate's subsample draw (fused path)
+                torch.randperm(num_data, generator=cpu)  # the data plate's subsample draw (fused path, CPU)
         return noise
 
     def step_terms(xb, yb):
