@@ -2,10 +2,10 @@
 
 h5py/libhdf5 does not fail safely on a full disk: writing ``posterior.nc`` there ended in
 ``SIGSEGV`` after pages of "Exception ignored" tracebacks from finalisers.  :func:`write_in_child`
-runs the write in a ``fork`` of this process with its stderr sent to ``/dev/null``; the parent
+runs the write in a ``fork`` of this process with its stderr sent to a temporary file; the parent
 waits and turns whatever happened — an exception, a crash by a signal — into one ``OSError``
-(``ENOSPC`` when the file system is full), which :func:`lab.store.staged_directory` reports as a
-one-line :class:`lab.store.WriteError`.  Ctrl-C kills the child and is raised in the parent.
+(with the errno libhdf5 printed, else ``ENOSPC`` when the file system is full), which
+:func:`lab.store.staged_directory` reports as a one-line :class:`lab.store.WriteError`.  Ctrl-C kills the child and is raised in the parent.
 Where ``fork`` does not exist the write runs in this process.
 """
 from __future__ import annotations
@@ -16,6 +16,8 @@ import os
 import re
 import shutil
 import signal
+import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +26,8 @@ __all__ = ["write_in_child"]
 #: free bytes below which a crashed writer is taken to have met a full disk
 _FULL_BELOW = 1 << 20
 _INTERRUPTED = 130
+#: bytes of the child's stderr searched for libhdf5's errno report
+_LOG_BYTES = 1 << 20
 
 
 def write_in_child(write: Callable, path, *args) -> None:
@@ -33,6 +37,7 @@ def write_in_child(write: Callable, path, *args) -> None:
         write(*args, path)
         return
     read_end, write_end = os.pipe()
+    log = tempfile.TemporaryFile()  # the child's stderr: h5py prints pages of tracebacks on a failed write
     pid = os.fork()
     if pid == 0:  # the child: write, report one line on failure, never return into the caller
         code = 1
@@ -40,8 +45,8 @@ def write_in_child(write: Callable, path, *args) -> None:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.close(read_end)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)  # h5py prints pages of tracebacks from finalisers on a failed write
+            os.dup2(log.fileno(), 2)
+            sys.stderr = open(2, "w", closefd=False)  # also where sys.stderr was replaced (e.g. under pytest)
             faulthandler.disable()  # (it writes to a stderr descriptor of its own)
             write(*args, path)
             code = 0
@@ -61,8 +66,11 @@ def write_in_child(write: Callable, path, *args) -> None:
             os.waitpid(pid, 0)
             raise
         message = os.read(read_end, 4096).decode(errors="replace")
+        log.seek(0)
+        printed = log.read(_LOG_BYTES).decode(errors="replace")
     finally:
         os.close(read_end)
+        log.close()
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         return
     if (os.WIFEXITED(status) and os.WEXITSTATUS(status) == _INTERRUPTED) or (
@@ -72,7 +80,7 @@ def write_in_child(write: Callable, path, *args) -> None:
     if os.WIFSIGNALED(status):
         text = f"the writer crashed (signal {os.WTERMSIG(status)})"
         code = "0"
-    reported = re.search(r"errno = (\d+)", text)  # libhdf5's own report of the failed write(2)
+    reported = re.search(r"errno = (\d+)", f"{text}\n{printed}")  # libhdf5's own report of the failed write(2)
     number = int(reported.group(1)) if reported else int(code) if code.isdigit() else 0
     if not number and _free_bytes(path.parent) < _FULL_BELOW:
         number = errno.ENOSPC

@@ -27,7 +27,7 @@ from lab.report import render_section, write_report
 from lab.report.html import join, link, note, table
 from lab.report.rundata import open_run
 from lab.runs import RUN_FILES, RunSpec, execute, write_run
-from lab.store import (COMPLETE, RunLock, StoreError, WriteError, check_destination, check_folder, note_interrupt,
+from lab.store import (COMPLETE, RunLock, StoreError, WriteError, check_folder, note_interrupt,
                        seal, staged_directory, verify_run, write_text_file)
 from zoo.data import DataError, load_dataset
 
