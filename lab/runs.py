@@ -345,8 +345,7 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
                                             if isinstance(getattr(data, f.name), torch.Tensor)})
     started = time.perf_counter()
-    posterior = fitted if fitted is not None else fit(bnn, data.x_train, data.y_train, backend=spec.backend,
-                                                      seed=spec.seed, progress=progress, device=device, **options)
+    posterior = fitted if fitted is not None else _fit(spec, bnn, data, progress, device, options)
     fit_seconds = time.perf_counter() - started if fitted is None else fitted.info["fit_seconds"]
     _check_draws(posterior)
     prune_report = None
@@ -385,6 +384,21 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     if out_dir is not None:
         write_run(result, out_dir, overwrite=overwrite)
     return result
+
+
+def _fit(spec: RunSpec, bnn, data: Dataset, progress: bool, device, options: dict):
+    """:func:`inference.fit`; a distribution handed non-finite parameters during the fit (torch's "found
+    invalid values": the weights diverged, e.g. ``--lr 1e30``) is :class:`RunFailed` (exit 1), not a
+    bad-input ``ValueError`` (every input was checked before)."""
+    try:
+        return fit(bnn, data.x_train, data.y_train, backend=spec.backend, seed=spec.seed, progress=progress,
+                   device=device, **options)
+    except ValueError as err:
+        if "found invalid values" not in str(err):
+            raise
+        raise RunFailed(f"{spec.backend}: the fit diverged: the network's outputs became non-finite during training "
+                        f"(learning rate {options.get('lr', 'default')}); lower --lr, or pass --option "
+                        f"optimizer=clipped-adam") from None
 
 
 def _check_draws(posterior) -> None:

@@ -472,3 +472,12 @@ def test_ctrl_c_in_the_netcdf_writer_is_raised_as_ctrl_c(tmp_path, ending):
 
     with pytest.raises(KeyboardInterrupt):
         write_in_child(interrupted, tmp_path / "posterior.nc")
+
+
+@pytest.mark.parametrize("backend", ["svi", "map"])
+def test_an_absurd_learning_rate_is_a_failed_fit_not_a_bad_input(tmp_path, capsys, backend):
+    code = main(["fit", "--data", "toy1d", "--hidden", "4", "--epochs", "20", "--lr", "1e30", "--backend", backend,
+                 "--quiet", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err and ("the fit diverged" in err or "non-finite" in err), err
+    assert "Expected parameter" not in err and not (tmp_path / "run").exists()
