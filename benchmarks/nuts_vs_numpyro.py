@@ -15,18 +15,28 @@ Metric: ArviZ bulk ESS (rank-normalised, Vehtari et al. 2021) of the predictive 
 at the metric points, mean and min over the points, per second of wall time of the whole
 fit.  Wall time is split into start (ours: building the potential and the MAP
 initialisation; NumPyro: nothing before its first call, which JIT-compiles), warm-up and
-sampling (NumPyro's phases include their JIT compiles).  µs per vectorised gradient =
+sampling (both sides' phases include their compiles).  µs per vectorised gradient =
 sampling seconds ÷ Σ over iterations of the largest leapfrog count among the chains (the
-batched step runs until the last chain's tree is built).  Runs are interleaved (ours,
-NumPyro, ours, ...) and each side is summarised by its median.
+batched step runs until the last chain's tree is built).
+
+Two measurements per model (issue 26):
+
+* cold — each fit in a fresh process (``--worker``), ours with an empty inductor cache
+  (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder) unless ``--warm-disk-cache``; NumPyro
+  with JAX's default (no persistent compilation cache).  ``--cold-repeats`` interleaved pairs
+  (ours, NumPyro, ours, ...); the ratio is of the medians.  Imports are not timed (each side
+  imports its own library before the fit starts).
+* warm — ``--repeats`` (tiny) / ``--energy-repeats`` (energy) interleaved fits per side in this
+  process after one untimed fit per side (compiles done); the ratio is of the medians.
 
 Needs the optional ``bench`` extra: ``pip install -e .[bench]`` (numpyro + CPU jax).
 
-    python benchmarks/nuts_vs_numpyro.py                          # 2 repeats tiny, 1 energy
-    python benchmarks/nuts_vs_numpyro.py --models tiny --repeats 3 --cached-grad
+    python benchmarks/nuts_vs_numpyro.py                          # cold 1 pair each, warm 2 tiny
+    python benchmarks/nuts_vs_numpyro.py --models tiny --cold-repeats 3 --repeats 0
 
-The last line is ``nuts_vs_numpyro_ess_per_s_ratio <ours ÷ NumPyro, tiny model>``; the line
-before it gives the energy ratio.
+The last lines are ``nuts_vs_numpyro_ess_per_s_ratio_energy`` / ``nuts_vs_numpyro_ess_per_s_ratio``
+(warm, when run) and then ``nuts_vs_numpyro_cold_ratio_energy R`` and, last,
+``nuts_vs_numpyro_cold_ratio R`` (fresh processes, ours ÷ NumPyro).
 """
 from __future__ import annotations
 
@@ -35,8 +45,12 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -98,7 +112,7 @@ def summarise(f, steps, start, warmup, sampling):
     }  # fmt: skip
 
 
-def run_numpyro(x, y, x_test, hidden, act, chains, seed, rerun=False):
+def run_numpyro(x, y, x_test, hidden, act, chains, seed):
     mcmc = NMCMC(
         NNUTS(numpyro_model), num_warmup=WARMUP, num_samples=SAMPLES, num_chains=chains,
         chain_method="vectorized", progress_bar=False,
@@ -118,12 +132,6 @@ def run_numpyro(x, y, x_test, hidden, act, chains, seed, rerun=False):
     steps = np.asarray(extra["num_steps"])
     out = summarise(f, steps, 0.0, t1 - t0, t2 - t1)
     out["divergences"] = int(np.asarray(extra["diverging"]).sum())
-    if rerun:  # the same sampling phase again with the JIT cache filled: µs per gradient without compiling
-        t3 = time.perf_counter()
-        mcmc.run(mcmc.post_warmup_state.rng_key, xj, hidden, act, y=yj, extra_fields=("num_steps", "diverging"))
-        jax.block_until_ready(mcmc.get_samples())
-        again = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
-        out["us_per_grad_cached"] = 1e6 * (time.perf_counter() - t3) / again.max(0).sum()
     return out
 
 
@@ -139,62 +147,130 @@ def run_ours(x, y, x_test, hidden, act, chains, seed):
     warm, samp = post.info["warmup_seconds"], post.info["sampling_seconds"]
     out = summarise(f, post.sample_stats["n_steps"].numpy(), seconds - warm - samp, warm, samp)
     out["divergences"] = int(post.sample_stats["diverging"].sum())
+    out.update({k: post.info.get(k) for k in ("map_steps", "map_seconds", "compiled_from", "compile_seconds")})
     return out
 
 
 def line(side, r, o):
+    ours = ""
+    if "map_steps" in o:
+        compiled = "never compiled" if o["compiled_from"] is None else (
+            f"compiled from iteration {o['compiled_from']}, first compiled call {o['compile_seconds']:.1f} s")
+        ours = f"; MAP {o['map_steps']} steps {o['map_seconds']:.1f} s; {compiled}"
     return (
         f"  {side:7s} run {r}: {o['seconds']:6.1f} s (start {o['start']:.1f}, warm-up {o['warmup']:.1f}, "
         f"sampling {o['sampling']:.1f}); leapfrog/iter {o['leapfrog']:.0f}, {o['us_per_grad']:.0f} µs/vectorised grad; "
-        f"bulk ESS mean {o['ess'].mean():.0f} min {o['ess'].min():.0f}; ESS/s {o['ess'].mean() / o['seconds']:.1f}; "
-        f"divergences {o['divergences']}"
-        + (f"; {o['us_per_grad_cached']:.0f} µs/grad with the JIT cache filled" if "us_per_grad_cached" in o else "")
+        f"bulk ESS mean {o['ess_mean']:.0f} min {o['ess_min']:.0f}; ESS/s {o['ess_mean'] / o['seconds']:.1f}; "
+        f"divergences {o['divergences']}; {o['cpu']:.1f} CPU s{ours}"
     )
 
 
-def compare(name, repeats, chains, cached_grad):
+def flat(o):
+    """A run's record with plain floats (JSON): ESS mean / min over the points instead of the array."""
+    out = {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in o.items() if k != "ess"}
+    return {**out, "ess_mean": float(o["ess"].mean()), "ess_min": float(o["ess"].min())}
+
+
+def cpu_seconds():
+    """CPU seconds of this process (all threads) and its finished children (the C++ compiler)."""
+    return time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + resource.getrusage(
+        resource.RUSAGE_CHILDREN).ru_stime
+
+
+def fit_once(side, name, chains, seed):
+    """One fit's record, with ``cpu``: its CPU seconds, which other jobs on the machine do not inflate."""
     x, y, x_test, hidden, act = problem(name)
-    print(f"{name}: {x.shape[1]}-{hidden}-1 {act}, N={x.shape[0]}, {chains} chains, {WARMUP}+{SAMPLES}, {repeats} repeat(s) per side", flush=True)
-    runs = {"ours": [], "numpyro": []}
-    for r in range(repeats):
-        runs["ours"].append(run_ours(x, y, x_test, hidden, act, chains, seed=r))
-        print(line("ours", r, runs["ours"][-1]), flush=True)
-        runs["numpyro"].append(run_numpyro(x, y, x_test, hidden, act, chains, seed=r, rerun=cached_grad))
-        print(line("numpyro", r, runs["numpyro"][-1]), flush=True)
-    rate = {}
-    for side, rs in runs.items():
-        med = {k: statistics.median(float(np.mean(o[k])) for o in rs) for k in ("seconds", "start", "warmup", "sampling", "leapfrog", "us_per_grad")}
-        ess_mean = statistics.median(float(o["ess"].mean()) for o in rs)
-        ess_min = statistics.median(float(o["ess"].min()) for o in rs)
-        rate[side] = ess_mean / med["seconds"]
-        print(
-            f"  {side:7s} median: {med['seconds']:.1f} s (start {med['start']:.1f} / warm-up {med['warmup']:.1f} / "
-            f"sampling {med['sampling']:.1f}), leapfrog/iter {med['leapfrog']:.0f}, {med['us_per_grad']:.0f} µs/grad, "
-            f"bulk ESS mean {ess_mean:.0f} min {ess_min:.0f}, ESS/s mean {rate[side]:.1f} min {ess_min / med['seconds']:.1f}",
-            flush=True,
-        )
-    return rate["ours"] / rate["numpyro"]
+    run = run_ours if side == "ours" else run_numpyro
+    started = cpu_seconds()
+    out = flat(run(x, y, x_test, hidden, act, chains, seed=seed))
+    return {**out, "cpu": cpu_seconds() - started}
+
+
+def cold(name, side, chains, seed, warm_disk_cache):
+    """One fit in a fresh process; ours with an empty inductor cache unless ``warm_disk_cache``."""
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as cache:
+        if side == "ours" and not warm_disk_cache:
+            env["TORCHINDUCTOR_CACHE_DIR"] = cache
+        cmd = [sys.executable, __file__, "--worker", side, name, str(chains), str(seed)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"the {side} worker failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summary(side, rs, label):
+    """Print the medians of runs ``rs``; return the median ESS/s (mean over the points)."""
+    med = {k: statistics.median(o[k] for o in rs) for k in ("seconds", "start", "warmup", "sampling", "leapfrog", "us_per_grad", "cpu")}
+    ess_mean = statistics.median(o["ess_mean"] for o in rs)
+    ess_min = statistics.median(o["ess_min"] for o in rs)
+    print(
+        f"  {side:7s} {label} median of {len(rs)}: {med['seconds']:.1f} s (start {med['start']:.1f} / warm-up "
+        f"{med['warmup']:.1f} / sampling {med['sampling']:.1f}), leapfrog/iter {med['leapfrog']:.0f}, "
+        f"{med['us_per_grad']:.0f} µs/grad, bulk ESS mean {ess_mean:.0f} min {ess_min:.0f}, "
+        f"ESS/s mean {ess_mean / med['seconds']:.1f} min {ess_min / med['seconds']:.1f}; {med['cpu']:.1f} CPU s, "
+        f"ESS per CPU s {ess_mean / med['cpu']:.1f}",
+        flush=True,
+    )
+    return ess_mean / med["seconds"]
+
+
+def compare(name, cold_repeats, repeats, chains, warm_disk_cache):
+    """``(cold ratio, warm ratio or None)`` of ESS/s, ours ÷ NumPyro."""
+    x, y, _, hidden, act = problem(name)
+    print(f"{name}: {x.shape[1]}-{hidden}-1 {act}, N={x.shape[0]}, {chains} chains, {WARMUP}+{SAMPLES}", flush=True)
+    ratios = []
+    if cold_repeats:
+        cache = "warm inductor disk cache" if warm_disk_cache else "empty inductor cache"
+        print(f" cold: each fit in a fresh process ({cache}), {cold_repeats} interleaved pair(s)", flush=True)
+        runs = {"ours": [], "numpyro": []}
+        for r in range(cold_repeats):
+            for side in runs:
+                runs[side].append(cold(name, side, chains, r, warm_disk_cache))
+                print(line(side, r, runs[side][-1]), flush=True)
+        ratios.append(summary("ours", runs["ours"], "cold") / summary("numpyro", runs["numpyro"], "cold"))
+    else:
+        ratios.append(None)
+    if repeats:
+        print(f" warm: {repeats} interleaved fit(s) per side in this process, after one untimed fit each", flush=True)
+        for side in ("ours", "numpyro"):
+            fit_once(side, name, chains, seed=100)  # compiles (and the MAP start's first call) out of the way
+        runs = {"ours": [], "numpyro": []}
+        for r in range(repeats):
+            for side in runs:
+                runs[side].append(fit_once(side, name, chains, seed=r))
+                print(line(side, r, runs[side][-1]), flush=True)
+        ratios.append(summary("ours", runs["ours"], "warm") / summary("numpyro", runs["numpyro"], "warm"))
+    else:
+        ratios.append(None)
+    return ratios
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["tiny", "energy"], choices=["tiny", "energy"])
-    parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per side on the tiny model")
-    parser.add_argument("--energy-repeats", type=int, default=1, help="interleaved runs per side on energy")
+    parser.add_argument("--cold-repeats", type=int, default=1, help="interleaved fresh-process pairs per model")
+    parser.add_argument("--repeats", type=int, default=2, help="warm interleaved runs per side on the tiny model (0: none)")
+    parser.add_argument("--energy-repeats", type=int, default=0, help="warm interleaved runs per side on energy (0: none)")
     parser.add_argument("--chains", type=int, default=8)
-    parser.add_argument(
-        "--cached-grad", action="store_true",
-        help="rerun NumPyro's sampling phase once more (untimed in the totals) to time its µs/grad without the JIT compile",
-    )  # fmt: skip
+    parser.add_argument("--warm-disk-cache", action="store_true",
+                        help="cold runs of ours keep the default inductor cache folder (a fresh process, not an empty cache)")
+    parser.add_argument("--worker", nargs=4, metavar=("SIDE", "MODEL", "CHAINS", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.worker:
+        side, name, chains, seed = args.worker
+        print(json.dumps(fit_once(side, name, int(chains), int(seed))), flush=True)
+        return
     print(f"torch {torch.__version__} (1 thread), jax {jax.__version__} / numpyro {numpyro.__version__} "
           f"(XLA_FLAGS={os.environ['XLA_FLAGS']!r}), load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-    ratios = {m: compare(m, args.repeats if m == "tiny" else args.energy_repeats, args.chains, args.cached_grad) for m in args.models}
-    if "energy" in ratios:
-        print(f"nuts_vs_numpyro_ess_per_s_ratio_energy {ratios['energy']:.2f}")
-    if "tiny" in ratios:
-        print(f"nuts_vs_numpyro_ess_per_s_ratio {ratios['tiny']:.2f}")
+    ratios = {m: compare(m, args.cold_repeats, args.repeats if m == "tiny" else args.energy_repeats, args.chains,
+                         args.warm_disk_cache) for m in args.models}  # fmt: skip
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    for suffix, index in (("ess_per_s_ratio", 1), ("cold_ratio", 0)):
+        for model, key in (("energy", f"nuts_vs_numpyro_{suffix}_energy"), ("tiny", f"nuts_vs_numpyro_{suffix}")):
+            if model in ratios and ratios[model][index] is not None:
+                print(f"{key} {ratios[model][index]:.2f}")
 
 
 if __name__ == "__main__":
