@@ -1,4 +1,6 @@
 """The stacked multi-fit engine (inference.multifit) against one-at-a-time fits, and the runner's batches."""
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -164,3 +166,40 @@ def test_ensemble_runs_stack_their_members_across_runs():
             torch.testing.assert_close(posterior.draws[name], value, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="one after another"):
         _stacked("ensemble", seeds=(1, 2), vectorise=False, **options)
+
+
+def test_a_batch_of_grid_runs_writes_each_run_folder_as_alone(tmp_path):
+    """lab.run_batches: two runs differing in seed fitted together; each folder verifies and holds the metrics of
+    the same run fitted alone (lab.experiments.run_one), to float rounding."""
+    from lab.experiments import is_finished, run_one
+    from lab.run_batches import run_batch
+
+    runs = [Run(f"full-{seed}", RunSpec(data="toy1d", hidden=[8], seed=seed, epochs=3, num_samples=20), {})
+            for seed in (0, 1)]
+    batch = group_runs(runs, size=10)[0]
+    assert isinstance(batch, RunBatch)
+    outcome = run_batch(batch, tmp_path / "batched", lambda run: None)
+    assert outcome == {"full-0": None, "full-1": None}
+    for run in runs:
+        assert is_finished(tmp_path / "batched", run)
+        alone = run_one(run, tmp_path / "alone")
+        batched = json.loads((tmp_path / "batched" / run.key / "metrics.json").read_text())
+        assert batched["batched_fits"] == 2
+        assert batched["test_ll"] == pytest.approx(alone["test_ll"], rel=1e-4)
+
+
+def test_a_batch_that_cannot_be_stacked_runs_its_runs_alone(tmp_path):
+    """Deterministic parameters (stochastic='none') block stacking: each run goes to run_alone, errors per run."""
+    from lab.run_batches import run_batch
+
+    runs = [Run(f"det-{seed}", RunSpec(data="toy1d", hidden=[8], stochastic="none", seed=seed, epochs=3), {})
+            for seed in (0, 1)]
+    alone = []
+
+    def run_alone(run):
+        alone.append(run.key)
+        if run.key == "det-1":
+            raise RuntimeError("boom")
+
+    assert run_batch(RunBatch(runs), tmp_path, run_alone) == {"det-0": None, "det-1": "RuntimeError: boom"}
+    assert alone == ["det-0", "det-1"]
