@@ -59,11 +59,12 @@ class NonFiniteLossError(RuntimeError):
             non-finite loss or gradient is ever applied), so the run is not lost.
     """
 
-    def __init__(self, step: int, what: str, posterior=None):
+    def __init__(self, step: int, what: str, posterior=None, finite: bool = True):
+        kept = ("kept the last finite parameters (available as .posterior)" if finite
+                else "its parameters are non-finite (.posterior holds them for inspection only)")
         super().__init__(
-            f"{what} became non-finite at step {step}; the run stopped and kept the last finite "
-            f"parameters (available as .posterior). Try a smaller learning rate, gradient clipping "
-            f"(optimizer='clipped-adam'), or check the data scaling."
+            f"{what} became non-finite at step {step}; the run stopped and {kept}. Try a smaller learning "
+            f"rate, gradient clipping (optimizer='clipped-adam'), or check the data scaling."
         )
         self.step, self.what = step, what
         self.posterior = posterior
@@ -236,9 +237,15 @@ def optimiser_step(particle: Callable, num_particles: int, beta: float, optimize
     Returns:
         ``(loss, expected_log_likelihood, kl)``, detached.
     Raises:
-        NonFiniteLossError: a non-finite loss or gradient norm (before any update; ``result()`` attached).
+        NonFiniteLossError: a non-finite loss, gradient norm or (a distribution refuses them) parameters.
     """
-    loss, loglik, kl = average_particles(particle, num_particles, beta)
+    try:
+        loss, loglik, kl = average_particles(particle, num_particles, beta)
+    except ValueError as err:  # torch.distributions validates its parameters: the last update made them non-finite
+        if "found invalid values" not in str(err):
+            raise
+        raise NonFiniteLossError(step - 1, "the model's parameters (the update of that step)", result(),
+                                 finite=False) from None
     if not torch.isfinite(loss):
         raise NonFiniteLossError(step, "the loss", result())
     optimizer.zero_grad()

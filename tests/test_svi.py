@@ -301,3 +301,17 @@ def test_non_finite_loss_error_crosses_process_boundaries():
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is NonFiniteLossError and str(back) == str(err)
     assert back.step == 4 and back.posterior is None
+
+
+@pytest.mark.parametrize("backend", ["svi", "graves", "radial", "map"])
+def test_a_diverging_learning_rate_stops_with_the_step_not_a_distribution_error(backend):
+    """lr=1e30 makes the parameters non-finite in one update: the next step's distributions refuse
+    them; the fit stops with NonFiniteLossError naming the step (not torch's "found invalid values")."""
+    from test_backends_x_likelihoods import tiny_problem
+
+    from inference import NonFiniteLossError
+
+    bnn, x, _, y = tiny_problem(backend, "heteroscedastic", beta=0.5)
+    with pytest.raises(NonFiniteLossError, match=r"non-finite at step \d+") as caught:
+        fit(bnn, x, y, backend=backend, lr=1e30, epochs=5, batch_size=8, progress=False)
+    assert caught.value.posterior is not None and caught.value.step <= 1
