@@ -35,7 +35,7 @@ from .curvature import KronBlock, WeightLayout, evaluation_mode, jacobian_chunks
 from .posterior import SamplePosterior
 
 __all__ = ["KronRoot", "LinearisedNetwork", "LaplacePosterior", "PREDICTIVES", "probit_logits", "bridge_log_alpha",
-           "sample_offsets"]
+           "sample_offsets", "closed_form_nll"]
 
 #: the predictives of :class:`LaplacePosterior` (``probit`` and ``bridge`` for classification only)
 PREDICTIVES = ("glm", "sample", "probit", "bridge")
@@ -152,6 +152,31 @@ def bridge_log_alpha(mean: torch.Tensor, covariance: torch.Tensor) -> torch.Tens
     log_numerator = torch.logaddexp(torch.full_like(mu, math.log(1.0 - 2.0 / k) if k > 2 else -math.inf),
                                     mu + torch.logsumexp(-mu, -1, keepdim=True) - 2.0 * math.log(k))
     return (log_numerator - var.log()).to(mean.dtype)
+
+
+@torch.no_grad()
+def closed_form_nll(bnn: BayesianNetwork, mean: torch.Tensor, basis, eigenvalues: torch.Tensor,
+                    deltas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, predictive: str) -> torch.Tensor:
+    """Mean negative log predictive density ``[G]`` of the ``probit`` / ``bridge`` predictive on
+    ``(x [N, ...], y [N])`` for each prior precision scale δ of ``deltas`` ``[G]``.
+
+    The posterior covariance at δ is Σ(δ) = U diag((λ + δ)⁻¹) Uᵀ, ``basis`` U the covariance root with
+    unit ``inv_sd`` (dense ``[P, P]``, ``[P]`` or a :class:`KronRoot`) and ``eigenvalues`` λ ``[P]`` those
+    of the prior-whitened GGN, so each input's Jacobian is projected once, (J U)_{kp} ``[N, K, P]``, and
+    J Σ(δ) Jᵀ = (J U) diag((λ + δ)⁻¹) (J U)ᵀ for every δ; ``mean`` ``[P]`` the MAP weights."""
+    layout = WeightLayout(bnn)
+    inv = (eigenvalues[:, None] + deltas[None, :].to(eigenvalues)).reciprocal().to(mean.dtype)  # [P, G]
+    total = torch.zeros(deltas.shape[0], dtype=torch.float64, device=mean.device)
+    with torch.enable_grad():  # the Jacobians need autograd; nothing else builds a graph (detached)
+        for index, f, jac in jacobian_chunks(layout, mean, x):
+            projected = _projected(basis, jac.detach())  # [n, K, P]
+            if predictive == "probit":
+                logits = probit_logits(f.unsqueeze(0), (projected.square() @ inv).permute(2, 0, 1))  # [G, n, K]
+            else:
+                logits = torch.stack([bridge_log_alpha(f, (projected * inv[:, g]) @ projected.transpose(-1, -2))
+                                      for g in range(inv.shape[1])])
+            total -= bnn.likelihood.log_prob(logits.detach(), y[index], {}).double().sum(-1)
+    return total / x.shape[0]
 
 
 class LinearisedNetwork(BayesianNetwork):

@@ -7,6 +7,7 @@ laplace-torch is tests/test_laplace_peer.py (skipped where that optional peer is
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import arviz as az
@@ -16,8 +17,8 @@ from torch import nn
 
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
-from inference.backends.laplace import KronRoot, LaplacePosterior, log_evidence
-from inference.laplace_posterior import bridge_log_alpha, probit_logits
+from inference.backends.laplace import VALIDATION_GRID, KronRoot, LaplacePosterior, log_evidence
+from inference.laplace_posterior import bridge_log_alpha, closed_form_nll, probit_logits
 from inference.curvature import WeightLayout, ggn, kfac
 from inference.metrics import evaluate
 from lab.cli import main
@@ -260,6 +261,12 @@ def test_cli_last_layer_laplace_writes_metrics_and_a_loo_readable_netcdf(tmp_pat
     ({"prior_precision": "cv"}, "unknown prior_precision"),
     ({"num_samples": 0}, "num_samples must be at least 1"),
     ({"map_steps": -1}, "map_steps must be non-negative"),
+    ({"prior_precision_grid": []}, "prior_precision_grid must be a non-empty list of positive numbers"),
+    ({"prior_precision_grid": [1.0, -2.0]}, "prior_precision_grid must be a non-empty list of positive numbers"),
+    ({"validation_fraction": 1.5}, "validation_fraction must lie in"),
+    ({"prior_precision": "marglik", "prior_precision_grid": [1.0]}, "apply to prior_precision='validation' only"),
+    ({"prior_precision_grid": [1.0]}, "prior_precision='auto' is 'marglik' here"),  # regression: auto is marglik
+    ({"prior_precision": "validation"}, "scores the closed-form classification predictives"),
 ])
 def test_bad_options_are_clear_errors(conjugate_regression, options, message):
     c = conjugate_regression
@@ -346,7 +353,7 @@ def test_glm_monte_carlo_predictive_converges_to_the_gaussian_over_logits():
 def test_kfac_prior_precision_maximises_the_evidence_for_a_classifier():
     bnn, x, y = _classifier_problem()
     kwargs = dict(backend="laplace", hessian="kfac", seed=0, progress=False, num_samples=2)
-    tuned = fit(bnn, x, y, map_steps=300, **kwargs)
+    tuned = fit(bnn, x, y, map_steps=300, prior_precision="marglik", **kwargs)
     delta = tuned.info["prior_precision_scale"]
     best = tuned.info["log_evidence"]
     layout = WeightLayout(bnn)
@@ -362,3 +369,53 @@ def test_regression_refuses_the_classification_predictives(conjugate_regression)
     c = conjugate_regression
     with pytest.raises(ValueError, match="predictive='probit' is a classification predictive"):
         fit(linear_bnn(c), c.x, c.y, backend="laplace", predictive="probit", progress=False)
+
+
+def test_default_classification_prior_precision_is_searched_on_validation_rows_then_refitted():
+    # Kristiadi, Hein & Hennig 2020 / laplace-torch's gridsearch: δ by the validation NLL of the probit
+    # predictive (MAP fitted without the held-out rows), then the MAP refitted on every row with that δ
+    bnn, x, y = _classifier_problem()
+    # stochastic="last": the MAP trains the hidden layer as well
+    bnn = BayesianNetwork(bnn.net, "last", NormalPrior(1.0), CategoricalLikelihood(), output_dim=3)
+    fresh = copy.deepcopy(bnn)
+    grid = [0.01, 1.0, 100.0]
+    post = fit(bnn, x, y, backend="laplace", seed=0, progress=False, map_steps=200, num_samples=4,
+               prior_precision_grid=grid)
+    rows = post.info["validation"]
+    assert [r["prior_precision_scale"] for r in rows] == pytest.approx(grid)
+    scores = [r["validation_nll"] for r in rows]
+    assert post.info["prior_precision_scale"] == grid[scores.index(min(scores))]
+    assert post.info["num_validation"] == 48 - int(0.8 * 48) and len(set(scores)) == 3
+    # the refit: the same MAP (from the same start: the search gives the network back) and Laplace as a
+    # fit on all rows with that δ as a fixed number (P₀ = 1 for this N(0, 1) prior)
+    fixed = fit(fresh, x, y, backend="laplace", seed=0, progress=False, map_steps=200, num_samples=4,
+                prior_precision=post.info["prior_precision_scale"])
+    torch.testing.assert_close(post.mean, fixed.mean, rtol=0, atol=0)
+    torch.testing.assert_close(post.predict(x[:7]).mean, fixed.predict(x[:7]).mean, rtol=0, atol=0)
+    assert VALIDATION_GRID[0] == pytest.approx(1e-4) and VALIDATION_GRID[-1] == pytest.approx(1e6)
+
+
+@pytest.mark.parametrize("predictive", ["probit", "bridge"])
+def test_validation_scores_are_the_closed_form_predictive_nll_at_each_delta(predictive):
+    bnn, x, y = _classifier_problem()
+    kwargs = dict(backend="laplace", init="current", hessian="full", predictive=predictive, seed=0, progress=False,
+                  num_samples=2)
+    posts = [fit(bnn, x, y, prior_precision=delta, **kwargs) for delta in (0.5, 4.0)]
+    g = torch.linalg.inv(posts[0].covariance.double()) - 0.5 * torch.eye(posts[0].mean.numel(), dtype=torch.float64)
+    eigenvalues, vectors = torch.linalg.eigh(g)  # Σ(δ) = V diag(1/(λ + δ)) Vᵀ (prior N(0, 1): P₀ = 1)
+    scores = closed_form_nll(bnn, posts[0].mean, vectors.float(), eigenvalues, torch.tensor([0.5, 4.0]), x, y,
+                             predictive)
+    expected = [-float(p.predict(x, y=y).log_predictive_density().mean()) for p in posts]
+    assert scores.tolist() == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"init": "current"}, "fits the MAP on part of the data"),
+    ({"map_steps": 0}, "fits the MAP on part of the data"),
+    ({"predictive": "glm"}, "scores the closed-form classification predictives"),
+    ({"validation_fraction": 0.99}, "leaves 0 to fit and 48 to validate"),
+])
+def test_bad_validation_search_is_a_clear_error(options, message):
+    bnn, x, y = _classifier_problem()
+    with pytest.raises(ValueError, match=message):
+        fit(bnn, x, y, backend="laplace", prior_precision="validation", progress=False, **options)

@@ -28,7 +28,16 @@
    tuning as in Immer et al. 2021 and Daxberger et al. 2021), for every GGN structure.
    ``log Z`` is the whole Laplace evidence log p(y|w*) + log N(w*; μ₀, (δP₀)⁻¹) + P/2 log 2π
    − ½ log det(G + δP₀) (the terms in log det P₀ and 2π cancel), laplace-torch's
-   ``log_marginal_likelihood``.
+   ``log_marginal_likelihood``.  ``"validation"`` picks δ by the validation NLL of the closed-form
+   classification predictive (Kristiadi, Hein & Hennig 2020; laplace-torch's
+   ``optimize_prior_precision(method="gridsearch", val_loader=...)``): a seeded random
+   ``validation_fraction`` (0.2) of the rows is held out, the MAP and GGN are fitted on the rest, δ is
+   the point of the log grid ``prior_precision_grid`` (default 10^-4 … 10^6, five a decade) with the lowest
+   mean NLL there (every δ from one eigen-decomposition: J Σ(δ) Jᵀ = J U diag((λ+δ)⁻¹) Uᵀ Jᵀ), and the
+   MAP and GGN are fitted again on all rows with that δ (search, then refit; ``info["validation"]``).
+   ``"auto"`` (the default) is ``"validation"`` for the closed-form predictives (probit, bridge) from a
+   MAP fit, ``"marglik"`` otherwise: on a classifier whose MAP separates the training data the GGN is
+   ≈ 0 and the evidence's δ leaves the Gaussian far too wide (docs/baselines.md, digits).
 4. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
    :class:`~inference.laplace_posterior.LaplacePosterior` (one chain).  Predictives
    (:mod:`inference.laplace_posterior`): ``"glm"`` Monte Carlo over the network linearised at the
@@ -43,7 +52,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Union
+from typing import Optional, Union
 
 import pyro
 import torch
@@ -51,14 +60,19 @@ import torch
 from ..curvature import (WeightLayout, effective_dim, evaluation_mode, ggn, jacobian_path, kfac,
                          kfac_unsupported)
 from ..latent_fit import fit_latents
-from ..laplace_posterior import PREDICTIVES, KronRoot, LaplacePosterior, LinearisedNetwork, sample_offsets
+from ..laplace_posterior import (CLOSED_FORM, PREDICTIVES, KronRoot, LaplacePosterior, LinearisedNetwork,
+                                 closed_form_nll, sample_offsets)
 from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
 from .base import Backend
 
 __all__ = ["LaplaceConfig", "LaplaceBackend", "LaplacePosterior", "LinearisedNetwork", "KronRoot", "log_evidence",
-           "mackay_precision"]
+           "mackay_precision", "VALIDATION_GRID"]
 
 HESSIANS = ("auto", "full", "kfac", "diag")
+PRIOR_PRECISIONS = ("auto", "marglik", "model", "validation")
+#: the δ searched by ``prior_precision="validation"``: 10^-4 … 10^6, five points a decade (laplace-torch's
+#: ``gridsearch`` takes a log grid of 10^-4 … 10^4)
+VALIDATION_GRID = tuple(10.0 ** (k / 5) for k in range(-20, 31))
 
 
 @dataclass
@@ -71,8 +85,14 @@ class LaplaceConfig:
             ``max_full_dim`` weights, else KFAC where every random site is an ``nn.Linear`` weight
             or bias, else diagonal).
         max_full_dim: the ``"auto"`` threshold P (the dense GGN costs P² memory, P³ time).
-        prior_precision: ``"marglik"`` (δ by the evidence), ``"model"`` (δ = 1) or a positive number
-            λ (the precision of an isotropic prior N(μ₀, λ⁻¹ I) around the model prior's mean).
+        prior_precision: ``"marglik"`` (δ by the evidence), ``"validation"`` (δ of ``prior_precision_grid``
+            with the best validation NLL, then the MAP refitted on all data), ``"model"`` (δ = 1), a positive
+            number λ (the precision of an isotropic prior N(μ₀, λ⁻¹ I) around the model prior's mean) or
+            ``"auto"`` (validation for a closed-form classification predictive fitted from ``init="map"``,
+            else marglik).
+        prior_precision_grid: the δ searched by ``"validation"`` (``None``: :data:`VALIDATION_GRID`).
+        validation_fraction: the share of the training rows (a seeded random subset) held out by
+            ``"validation"``.
         predictive: ``"auto"`` (probit for a categorical likelihood, else glm), ``"glm"`` (Monte Carlo
             over the linearised network), ``"sample"`` (network at the draws), ``"probit"`` or
             ``"bridge"`` (closed-form classification predictives).
@@ -83,7 +103,9 @@ class LaplaceConfig:
 
     hessian: str = "auto"
     max_full_dim: int = 4000
-    prior_precision: Union[str, float] = "marglik"
+    prior_precision: Union[str, float] = "auto"
+    prior_precision_grid: Optional[list] = None
+    validation_fraction: float = 0.2
     predictive: str = "auto"
     num_samples: int = 200
     init: str = "map"
@@ -96,12 +118,22 @@ class LaplaceConfig:
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}")
         if isinstance(self.prior_precision, str):
-            if self.prior_precision not in ("marglik", "model"):
-                raise ValueError(f"unknown prior_precision {self.prior_precision!r}; valid: marglik, model or a "
-                                 f"positive number")
+            if self.prior_precision not in PRIOR_PRECISIONS:
+                raise ValueError(f"unknown prior_precision {self.prior_precision!r}; valid: "
+                                 f"{', '.join(PRIOR_PRECISIONS)} or a positive number")
         elif not (math.isfinite(self.prior_precision) and self.prior_precision > 0):
-            raise ValueError(f"prior_precision must be 'marglik', 'model' or a positive finite number, got "
-                             f"{self.prior_precision}")
+            raise ValueError(f"prior_precision must be one of {', '.join(PRIOR_PRECISIONS)} or a positive finite "
+                             f"number, got {self.prior_precision}")
+        grid = self.prior_precision_grid
+        if grid is not None and not (isinstance(grid, (list, tuple)) and len(grid) > 0 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in grid)):
+            raise ValueError(f"prior_precision_grid must be a non-empty list of positive numbers, got {grid!r}")
+        if not (math.isfinite(self.validation_fraction) and 0 < self.validation_fraction < 1):
+            raise ValueError(f"validation_fraction must lie in (0, 1), got {self.validation_fraction}")
+        if self.prior_precision not in ("auto", "validation") and (
+                grid is not None or self.validation_fraction != LaplaceConfig.validation_fraction):
+            raise ValueError("prior_precision_grid and validation_fraction apply to prior_precision='validation' "
+                             "only; add prior_precision='validation' or drop them")
         for name in ("num_samples", "max_full_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -122,6 +154,30 @@ class LaplaceConfig:
             raise ValueError(f"predictive={self.predictive!r} is a classification predictive; this model's "
                              f"{type(likelihood).__name__} is for regression: use predictive='glm' or 'sample'")
         return self.predictive
+
+    def resolved_prior_precision(self, predictive: str) -> Union[str, float]:
+        """The prior precision rule for the resolved ``predictive`` (``"auto"`` resolved).
+
+        Raises:
+            ValueError: ``"validation"`` without a closed-form predictive or without a MAP fit."""
+        map_fit = self.init == "map" and int(self.map_steps) > 0
+        if self.prior_precision == "auto":
+            if predictive in CLOSED_FORM and map_fit:
+                return "validation"
+            if self.prior_precision_grid is not None or self.validation_fraction != LaplaceConfig.validation_fraction:
+                raise ValueError(f"prior_precision='auto' is 'marglik' here (predictive {predictive!r}, init "
+                                 f"{self.init!r}): prior_precision_grid and validation_fraction do not apply; drop "
+                                 f"them, or set prior_precision='validation'")
+            return "marglik"
+        if self.prior_precision == "validation":
+            if predictive not in CLOSED_FORM:
+                raise ValueError(f"prior_precision='validation' scores the closed-form classification predictives; "
+                                 f"predictive is {predictive!r}: use predictive='probit' or 'bridge', or "
+                                 f"prior_precision='marglik'")
+            if not map_fit:
+                raise ValueError("prior_precision='validation' fits the MAP on part of the data and refits it on all "
+                                 "of it; with init='current' or map_steps=0 use prior_precision='marglik' or a number")
+        return self.prior_precision
 
 
 def prior_moments(bnn, layout: WeightLayout) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -194,51 +250,31 @@ class LaplaceBackend(Backend):
                              f"this one cannot ({bnn.batching_error}); use svi, map, ensemble or sgld, or make the "
                              f"layer without a batching rule deterministic")
         predictive = config.resolved_predictive(bnn.likelihood)
+        rule = config.resolved_prior_precision(predictive)
         mu0, p0, normal = prior_moments(bnn, layout)
-        if config.prior_precision == "model" and not normal:
+        if rule == "model" and not normal:
             raise ValueError(f"prior_precision='model' needs a Normal prior on the weights, got {bnn.prior!r}; "
                              f"use prior_precision='marglik' (an isotropic Gaussian prior tuned by the evidence)")
-        if not isinstance(config.prior_precision, str):  # an isotropic prior of the given precision
+        if not isinstance(rule, str):  # an isotropic prior of the given precision
             p0 = torch.ones_like(p0)
         structure = _structure(config, layout)
         if structure == "kfac":  # unsupported sites or layer priors: clear errors before the MAP fit
             KronRoot.check_prior(layout, p0)
         path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x)  # refuses before the fit
-        potential = Potential(bnn, x, y)
-        z, record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
-        with frozen_deterministic(bnn):
-            values, _ = potential.unpack(z.unsqueeze(0))
-            values = {k: v[0] for k, v in values.items()}
-            if (config.init == "current" or config.map_steps == 0) and bnn.latent_priors():  # weights as given
-                values.update(_latents_at_map(bnn, values, x, y))
-                record["latents"] = "map given the weights"
-            w = layout.flatten(values)
-            latents = {k: values[k] for k in bnn.latent_priors()}
-            if structure == "kfac":
-                g = kfac(layout, w, latents, x)
-            else:
-                g = ggn(layout, w, latents, x, structure, path)
-            with torch.no_grad():
-                log_lik = float(bnn.log_likelihood({k: v.unsqueeze(0) for k, v in values.items()}, x, y).sum())
-        mu0, p0 = mu0.to(w.device), p0.to(w.device)
-        root = p0.rsqrt()
-        if structure == "full":
-            eigenvalues, vectors = torch.linalg.eigh(root[:, None] * g * root[None, :])
-            eigenvalues = eigenvalues.clamp_min(0.0)
-        elif structure == "kfac":
-            kron_layers, eigenvalues = KronRoot.whiten(g, p0)
-        else:
-            eigenvalues = (g * p0.reciprocal()).clamp_min(0.0)
-        sq_norm = float((p0 * (w.double() - mu0) ** 2).sum())
-        if config.prior_precision == "marglik":
+        search = {}
+        if rule == "validation":
+            search = _validation_search(bnn, layout, x, y, config, structure, path, p0, predictive, seed, progress)
+        fitted = _map_and_curvature(bnn, layout, x, y, config, structure, path, p0, progress)
+        w, latents, log_lik, eigenvalues, basis, record = fitted
+        mu0 = mu0.to(w.device)
+        sq_norm = float((p0.to(w.device) * (w.double() - mu0) ** 2).sum())
+        if rule == "marglik":
             delta = mackay_precision(eigenvalues, sq_norm)
+        elif rule == "validation":
+            delta = search.pop("prior_precision_scale")
         else:
-            delta = 1.0 if config.prior_precision == "model" else float(config.prior_precision)
-        inv_sd = (eigenvalues + delta).rsqrt()
-        if structure == "kfac":
-            scale = KronRoot.with_sds(kron_layers, inv_sd).to(w.dtype)
-        else:
-            scale = (root[:, None] * vectors * inv_sd[None, :] if structure == "full" else root * inv_sd).to(w.dtype)
+            delta = 1.0 if rule == "model" else float(rule)
+        scale = _root(structure, basis, (eigenvalues + delta).rsqrt(), w.dtype)
         generator = torch.Generator(device=w.device).manual_seed(seed)
         eps = torch.randn(config.num_samples, layout.dim, generator=generator, dtype=w.dtype, device=w.device)
         weights = w + sample_offsets(scale, eps)
@@ -249,9 +285,81 @@ class LaplaceBackend(Backend):
             "num_random": layout.dim, "hessian_structure": structure, "jacobian_path": path, "predictive": predictive,
             "prior_precision_scale": delta, "effective_dim": effective_dim(eigenvalues, delta),
             "log_evidence": log_evidence(log_lik, eigenvalues, sq_norm, delta),
-            "map_log_likelihood": log_lik, **record, "fit_seconds": time.perf_counter() - started,
+            "map_log_likelihood": log_lik, **record, **search, "fit_seconds": time.perf_counter() - started,
         }  # fmt: skip
         return LaplacePosterior(bnn, draws, w.detach(), scale, predictive, info=info)
+
+
+def _map_and_curvature(bnn, layout: WeightLayout, x, y, config: LaplaceConfig, structure: str, path: str,
+                       p0: torch.Tensor, progress: bool) -> tuple:
+    """The MAP on ``(x, y)`` and the prior-whitened GGN there (steps 1–2 of the module docstring):
+    ``(w [P], latents, log p(y | w*), eigenvalues λ [P], basis, record)``, ``basis`` the covariance root
+    for unit ``(λ + δ)^{-½}`` (:func:`_root`): ``P₀^{-½} V`` ``[P, P]`` (full), ``P₀^{-½}`` ``[P]``
+    (diagonal) or the whitened Kronecker factors (KFAC)."""
+    potential = Potential(bnn, x, y)
+    z, record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress)
+    with frozen_deterministic(bnn):
+        values, _ = potential.unpack(z.unsqueeze(0))
+        values = {k: v[0] for k, v in values.items()}
+        if (config.init == "current" or config.map_steps == 0) and bnn.latent_priors():  # weights as given
+            values.update(_latents_at_map(bnn, values, x, y))
+            record["latents"] = "map given the weights"
+        w = layout.flatten(values)
+        latents = {k: values[k] for k in bnn.latent_priors()}
+        if structure == "kfac":
+            g = kfac(layout, w, latents, x)
+        else:
+            g = ggn(layout, w, latents, x, structure, path)
+        with torch.no_grad():
+            log_lik = float(bnn.log_likelihood({k: v.unsqueeze(0) for k, v in values.items()}, x, y).sum())
+    p0 = p0.to(w.device)
+    root = p0.rsqrt()
+    if structure == "full":
+        eigenvalues, vectors = torch.linalg.eigh(root[:, None] * g * root[None, :])
+        return w, latents, log_lik, eigenvalues.clamp_min(0.0), root[:, None] * vectors, record
+    if structure == "kfac":
+        kron_layers, eigenvalues = KronRoot.whiten(g, p0)
+        return w, latents, log_lik, eigenvalues, kron_layers, record
+    return w, latents, log_lik, (g * p0.reciprocal()).clamp_min(0.0), root, record
+
+
+def _root(structure: str, basis, inv_sd: torch.Tensor, dtype):
+    """The covariance root of :class:`LaplacePosterior` from :func:`_map_and_curvature`'s ``basis`` and
+    ``(λ + δ)^{-½}`` ``[P]``."""
+    if structure == "kfac":
+        return KronRoot.with_sds(basis, inv_sd).to(dtype)
+    return (basis * inv_sd[None, :] if structure == "full" else basis * inv_sd).to(dtype)
+
+
+def _validation_search(bnn, layout: WeightLayout, x, y, config: LaplaceConfig, structure: str, path: str,
+                       p0: torch.Tensor, predictive: str, seed: int, progress: bool) -> dict:
+    """δ of ``prior_precision="validation"`` (Kristiadi, Hein & Hennig 2020; laplace-torch's
+    ``optimize_prior_precision(method="gridsearch")``): a random ``validation_fraction`` of the rows (seeded by
+    ``seed``) is held out, the MAP and GGN are fitted on the rest, and the δ of the grid whose closed-form
+    predictive has the lowest mean validation NLL wins.  The network (its deterministic parameters, which
+    the MAP trains) is given back as it was, so the refit on all rows starts where this fit started.
+
+    Returns the ``info`` entries ``prior_precision_scale`` (δ), ``num_validation`` and ``validation``
+    (``[{"prior_precision_scale": δ, "validation_nll": …}]``, one per grid point)."""
+    num_fit = int((1 - config.validation_fraction) * x.shape[0])
+    if not 1 <= num_fit < x.shape[0]:
+        raise ValueError(f"validation_fraction {config.validation_fraction} of {x.shape[0]} training rows leaves "
+                         f"{num_fit} to fit and {x.shape[0] - num_fit} to validate; both need at least one row")
+    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)).to(x.device)
+    fit_rows, held_out = order[:num_fit], order[num_fit:]
+    state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
+    try:
+        w, _, _, eigenvalues, basis, _ = _map_and_curvature(bnn, layout, x[fit_rows], y[fit_rows], config, structure,
+                                                             path, p0, progress)
+        grid = torch.tensor(config.prior_precision_grid or VALIDATION_GRID, dtype=torch.float64)
+        unit = _root(structure, basis, torch.ones_like(eigenvalues), w.dtype)
+        scores = closed_form_nll(bnn, w.detach(), unit, eigenvalues, grid, x[held_out], y[held_out], predictive)
+    finally:
+        bnn.net.load_state_dict(state)
+    scores = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
+    return {"prior_precision_scale": float(grid[int(scores.argmin())]), "num_validation": int(held_out.numel()),
+            "validation": [{"prior_precision_scale": float(d), "validation_nll": float(v)}
+                           for d, v in zip(grid, scores)]}
 
 
 def _latents_at_map(bnn, values: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
