@@ -1,10 +1,14 @@
-"""The heteroscedastic last layer on the generated set that broke it (issue 29), at a small size."""
+"""The heteroscedastic likelihood on the generated set that broke it (issue 29): the generator, the last layer
+against the Gaussian one at a small size, and the bound on the variance head."""
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from lab.runs import RunSpec, execute
+from zoo.likelihoods import HeteroscedasticGaussianLikelihood
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,3 +45,14 @@ def test_heteroscedastic_last_layer_is_no_worse_than_the_gaussian_one(tmp_path):
     assert heteroscedastic["rmse"] <= 1.1 * gaussian["rmse"], metrics
     assert heteroscedastic["test_ll"] >= gaussian["test_ll"], metrics
     assert not heteroscedastic["failed_fit"], heteroscedastic["failed_fit_reason"]
+
+
+def test_variance_head_is_bounded_at_ten_target_sds_far_from_the_data():
+    """A log-variance linear in ReLU features grows without bound off the training inputs; the
+    likelihood caps σ at 10 standardised units (it was 1e3: 165x the targets' range on the generated set)."""
+    likelihood = HeteroscedasticGaussianLikelihood()
+    f = torch.tensor([[[0.0, 0.0], [0.0, 4.0], [0.0, 60.0]]])  # [S=1, N=3, (mean, log σ²)]
+    expected = torch.tensor([1.0, math.exp(4.0), 100.0])
+    torch.testing.assert_close(likelihood.noise_variance(f, {})[0, :, 0], expected)
+    fisher = likelihood.output_fisher(f[0], {})
+    assert fisher[2, 1, 1] == 0 and fisher[1, 1, 1] == 0.5  # clamped: no gradient, no curvature
