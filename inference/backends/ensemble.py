@@ -26,7 +26,7 @@ members are fitted in this process (``workers`` must be 1: the loader does not t
 worker processes).
 
 With tensors, every parameter random (or the deterministic ones frozen) and a network that ``vmap``
-runs (:func:`inference.multifit.batch_blocker`), the members train as one stacked program
+runs (:func:`inference.multifit.blockers.batch_blocker`), the members train as one stacked program
 (:func:`inference.multifit.map.fit_map_members`: weights ``[K, ...]``, one forward pass and one Adam for
 all, each member its own start and minibatch order), the same fits to float rounding;
 ``vectorise=False`` fits them one after another (``info["vectorised"]`` says which).
@@ -43,14 +43,13 @@ homoscedastic, learned per member.
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
 
 from ..batches import LoaderBatches
+from ..members import member_initial_values
 from ..posterior import SamplePosterior
 from ..potential import frozen_deterministic
 from ..workers import check_executor, run_calls
@@ -92,28 +91,6 @@ class EnsembleConfig(MAPConfig):
         return self.workers > 1 or self.executor == "ray"
 
 
-def member_initial_values(bnn, seed: int) -> dict:
-    """Fresh site values ``{site: site-shaped}``: every layer's ``reset_parameters`` under ``seed``.
-
-    Raises:
-        ValueError: a random site whose layer has no ``reset_parameters`` (it cannot be re-initialised).
-    """
-    net = copy.deepcopy(bnn.net)
-    reset = set()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for prefix, module in net.named_modules():
-            if callable(getattr(module, "reset_parameters", None)):
-                module.reset_parameters()
-                reset.update(f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters(recurse=False))
-    missing = [s.name for s in bnn.sites if s.name not in reset]
-    if missing:
-        raise ValueError(f"cannot re-initialise ensemble members: the layers of {', '.join(missing)} have no "
-                         f"reset_parameters(); use num_members=1 or make those parameters deterministic")
-    params = dict(net.named_parameters())
-    return {s.name: s.from_param(params[s.name].detach()).clone() for s in bnn.sites}
-
-
 def _fit_member(bnn, x, y, config: EnsembleConfig, seed: int, member: int,
                 progress: bool) -> tuple[MAPFit, Optional[int]]:
     """Member ``member``'s MAP fit and the step at which it met a NaN/inf (``None`` if it finished).
@@ -145,7 +122,7 @@ class EnsembleBackend(Backend):
                              "worker processes or Ray tasks")
         members = list(range(config.num_members))
         results = []
-        from ..multifit import batch_blocker  # (inference.multifit imports the backends)
+        from ..multifit.blockers import batch_blocker  # deferred: importing inference.multifit imports the backends
         vectorised = (config.vectorise and not config.parallel and not isinstance(x, LoaderBatches)
                       and batch_blocker(bnn, "map", config) is None)
         if vectorised:  # the members as one stacked program

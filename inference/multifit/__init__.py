@@ -23,48 +23,19 @@ import contextlib
 from typing import Optional, Sequence
 
 import torch
-from torch import nn
 
 from zoo.bnn import BayesianNetwork
 
 from ..backends import get_backend, preserved_session
 from ..backends.base import check_training_data, parse_config
-from ..backends.svi import choose_elbo_path
+from .blockers import STACKABLE, batch_blocker
 from .map import fit_ensemble_stacked, fit_map_stacked
 from .svi import fit_svi_stacked
 
 __all__ = ["STACKED_BACKENDS", "fit_many", "batch_blocker", "batch_signature"]
 
 #: backends with a stacked engine: name -> ``(bnns, xs, ys, config, seeds, progress) -> [Posterior | error]``
-STACKED_BACKENDS = {"map": fit_map_stacked, "svi": fit_svi_stacked, "ensemble": fit_ensemble_stacked}
-
-#: layers whose training-time forward is random or batch-dependent: such fits run one at a time
-_TRAINING_TIME_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
-
-
-def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
-    """Why fit ``(bnn, backend, config)`` cannot be stacked with others, or ``None`` when it can."""
-    if backend not in STACKED_BACKENDS:
-        return f"backend {backend!r} has no stacked engine (only {', '.join(STACKED_BACKENDS)})"
-    if type(bnn).model is not BayesianNetwork.model:
-        return f"{type(bnn).__name__} overrides the Pyro model"
-    if bnn.deterministic_parameters():
-        return "the model trains deterministic parameters (one network shared by every draw)"
-    if any(site.mask is not None for site in bnn.sites):
-        return "the model has partially random parameters"
-    if bnn.batched_draws is False:
-        return f"the network has no vmap rules ({bnn.batching_error})"
-    layers = sorted({type(m).__name__ for m in bnn.net.modules() if isinstance(m, _TRAINING_TIME_LAYERS)})
-    if layers:
-        return f"the network has layers that are random or batch-dependent in training ({', '.join(layers)})"
-    if backend == "ensemble" and (config.parallel or not config.vectorise):
-        return "the ensemble fits its members in other processes or one after another (workers, executor, vectorise)"
-    if backend == "svi":
-        path, reason = choose_elbo_path(bnn, config)
-        if path != "fused":
-            return f"the svi fit takes the Pyro-trace ELBO path ({reason})"
-    return None
-
+STACKED_BACKENDS = dict(zip(STACKABLE, (fit_map_stacked, fit_svi_stacked, fit_ensemble_stacked)))
 
 def _distribution_key(d) -> tuple:
     """What identifies a prior: its type, reinterpreted dims and parameters (exact values)."""

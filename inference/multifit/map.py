@@ -18,6 +18,7 @@ import torch
 from torch.distributions import biject_to
 
 from ..backends.map import MAPFit, run_info, stack_members
+from ..members import member_initial_values
 from ..posterior import SamplePosterior
 from ..potential import Potential
 from ..training import HISTORY_KEYS, NonFiniteLossError
@@ -115,12 +116,10 @@ def fit_ensemble_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config,
     """K ``ensemble`` fits of M = ``config.num_members`` members each, all K·M MAP fits as one stacked program.
 
     Run k's member m starts where :class:`~inference.backends.ensemble.EnsembleBackend` starts it (member 0 at
-    the network's weights, member m ≥ 1 at :func:`~inference.backends.ensemble.member_initial_values` under
+    the network's weights, member m ≥ 1 at :func:`~inference.members.member_initial_values` under
     seed k + m) and shuffles with seed k + m.  Returns per run a :class:`~inference.posterior.SamplePosterior`
     of M chains, or a :class:`~inference.training.NonFiniteLossError` carrying it when a member stopped.
     """
-    from ..backends.ensemble import member_initial_values
-
     started, members = time.perf_counter(), int(config.num_members)
     starts, member_seeds = [], []
     for bnn, seed in zip(bnns, seeds):

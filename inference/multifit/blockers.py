@@ -1,0 +1,46 @@
+"""Which fits can join a stacked batch: :func:`batch_blocker`.
+
+Kept apart from :mod:`inference.multifit` (which imports the backends registry) so that a backend
+can ask it without an import cycle (the ``ensemble`` backend stacks its members when it says yes).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import nn
+
+from zoo.bnn import BayesianNetwork
+
+from ..backends.svi import choose_elbo_path
+
+__all__ = ["STACKABLE", "batch_blocker"]
+
+#: backends with a stacked engine (:data:`inference.multifit.STACKED_BACKENDS`, in this order)
+STACKABLE = ("map", "svi", "ensemble")
+
+#: layers whose training-time forward is random or batch-dependent: such fits run one at a time
+_TRAINING_TIME_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
+
+
+def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
+    """Why fit ``(bnn, backend, config)`` cannot be stacked with others, or ``None`` when it can."""
+    if backend not in STACKABLE:
+        return f"backend {backend!r} has no stacked engine (only {', '.join(STACKABLE)})"
+    if type(bnn).model is not BayesianNetwork.model:
+        return f"{type(bnn).__name__} overrides the Pyro model"
+    if bnn.deterministic_parameters():
+        return "the model trains deterministic parameters (one network shared by every draw)"
+    if any(site.mask is not None for site in bnn.sites):
+        return "the model has partially random parameters"
+    if bnn.batched_draws is False:
+        return f"the network has no vmap rules ({bnn.batching_error})"
+    layers = sorted({type(m).__name__ for m in bnn.net.modules() if isinstance(m, _TRAINING_TIME_LAYERS)})
+    if layers:
+        return f"the network has layers that are random or batch-dependent in training ({', '.join(layers)})"
+    if backend == "ensemble" and (config.parallel or not config.vectorise):
+        return "the ensemble fits its members in other processes or one after another (workers, executor, vectorise)"
+    if backend == "svi":
+        path, reason = choose_elbo_path(bnn, config)
+        if path != "fused":
+            return f"the svi fit takes the Pyro-trace ELBO path ({reason})"
+    return None
