@@ -14,6 +14,7 @@ CPUs that is shut down afterwards.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import ctypes
 import ctypes.util
 import importlib.util
@@ -21,11 +22,12 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from typing import Callable
 
 import torch
 
-__all__ = ["worker_pool", "stop_workers", "run_calls", "check_executor", "EXECUTORS"]
+__all__ = ["worker_pool", "stop_workers", "run_calls", "check_executor", "ctrl_c_held", "EXECUTORS"]
 
 #: where :func:`run_calls` runs: local worker processes or Ray tasks
 EXECUTORS = ("local", "ray")
@@ -42,6 +44,21 @@ def _init_worker(parent: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(1)
+
+
+@contextlib.contextmanager
+def ctrl_c_held():
+    """Hold Ctrl-C (``SIGINT`` blocked in this thread) while worker processes are spawned: they inherit
+    the blocked signal, so a Ctrl-C during their start-up (seconds of imports) reaches this process
+    only — one line, no worker tracebacks — and is raised here as soon as the spawn is done."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def worker_pool(workers: int) -> cf.ProcessPoolExecutor:
@@ -88,11 +105,15 @@ def run_calls(fn: Callable, calls: list[tuple], workers: int, executor: str = "l
     """
     check_executor(executor)
     if executor == "local":
-        pool = worker_pool(min(int(workers), len(calls)))
+        pool = None
         try:
-            results = [f.result() for f in [pool.submit(fn, *args) for args in calls]]
+            with ctrl_c_held():  # the pool spawns its processes on submit; a Ctrl-C meanwhile lands after it
+                pool = worker_pool(min(int(workers), len(calls)))
+                futures = [pool.submit(fn, *args) for args in calls]
+            results = [f.result() for f in futures]
         except BaseException:
-            stop_workers(pool)
+            if pool is not None:
+                stop_workers(pool)
             raise
         pool.shutdown()
         return results

@@ -334,6 +334,9 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr)
+        # the stopped worker pools' exit hooks may still write to their closed wake-up pipes while the
+        # interpreter shuts down (CPython 3.11's concurrent.futures): nothing of the run is left to report
+        sys.unraisablehook = lambda unraisable: None
         return 130
     except _Terminated:
         print("terminated (SIGTERM)", file=sys.stderr)

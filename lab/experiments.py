@@ -28,11 +28,8 @@ flagged ``failed_fit`` (:mod:`inference.sanity`), published numbers where the gr
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import json
 import re
-import signal
-import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
@@ -42,7 +39,7 @@ from typing import Optional
 import torch
 
 from inference.posterior import to_jsonable
-from inference.workers import stop_workers, worker_pool
+from inference.workers import ctrl_c_held, stop_workers, worker_pool
 from zoo.data import load_dataset
 
 from .grid_runs import EXTRAS, Experiment, Run, load_run_data
@@ -181,32 +178,17 @@ def _schedule(runs, by_key, finished: set, submit, wait_one, bar, deadline: Opti
     return failures, [r for item in queue for r in (item.runs if isinstance(item, RunBatch) else [item])]
 
 
-@contextlib.contextmanager
-def _ctrl_c_held():
-    """Hold Ctrl-C (``SIGINT`` blocked in this thread) while worker processes are spawned: they inherit
-    the blocked signal, so a Ctrl-C during their start-up (seconds of imports) reaches this process
-    only — one line, no worker tracebacks — and is raised here as soon as the spawn is done."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 class _Workers:
     """The local worker pool, started again when a worker process died (e.g. killed from outside):
     the runs it held fail (``BrokenProcessPool``, listed in failures.txt) and the sweep goes on.
-    Workers are spawned with Ctrl-C held (:func:`_ctrl_c_held`)."""
+    Workers are spawned with Ctrl-C held (:func:`inference.workers.ctrl_c_held`)."""
 
     def __init__(self, workers: int):
-        with _ctrl_c_held():
+        with ctrl_c_held():
             self.workers, self.pool = workers, worker_pool(workers)
 
     def submit(self, *args):
-        with _ctrl_c_held():  # the pool spawns its processes on submit
+        with ctrl_c_held():  # the pool spawns its processes on submit
             try:
                 return self.pool.submit(*args)
             except BrokenProcessPool:
