@@ -10,6 +10,7 @@ from torch import nn
 from inference import fit, load_posterior
 from inference.curvature import WeightLayout, ggn, jacobian_path
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
+from test_user_networks import GRUNet  # a GRU (no vmap batching rule) and a linear read-out
 
 QUICK = {"seed": 0, "progress": False, "map_steps": 200, "num_samples": 16}
 
@@ -29,19 +30,6 @@ class BatchNormDropoutNet(nn.Module):
 
     def forward(self, x):
         return self.out(self.body(x))
-
-
-class GRUNet(nn.Module):
-    """Sequence regression: a GRU (no vmap batching rule over its inputs) and a linear read-out."""
-
-    def __init__(self):
-        super().__init__()
-        self.gru = nn.GRU(2, 4, batch_first=True)
-        self.out = nn.Linear(4, 1)
-
-    def forward(self, x):
-        h, _ = self.gru(x)
-        return self.out(h[:, -1])
 
 
 def _running_stats(net):
