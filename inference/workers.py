@@ -20,6 +20,7 @@ import ctypes.util
 import importlib.util
 import multiprocessing
 import os
+from multiprocessing import resource_tracker
 import signal
 import sys
 import threading
@@ -54,6 +55,9 @@ def ctrl_c_held():
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    # multiprocessing's resource tracker, started on a pool's first semaphore, *unblocks* SIGINT after
+    # spawning itself (CPython 3.11): start it before blocking, so that nothing lifts the block meanwhile
+    resource_tracker.ensure_running()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield

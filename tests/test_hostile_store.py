@@ -481,3 +481,22 @@ def test_an_absurd_learning_rate_is_a_failed_fit_not_a_bad_input(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert code == 1 and "\n" not in err and ("the fit diverged" in err or "non-finite" in err), err
     assert "Expected parameter" not in err and not (tmp_path / "run").exists()
+
+
+def test_workers_are_spawned_with_ctrl_c_blocked():
+    """multiprocessing's resource tracker unblocks SIGINT after spawning itself (CPython 3.11): ctrl_c_held
+    starts it first, so the pool's workers inherit the block and a Ctrl-C while they import is the parent's."""
+    from inference.workers import ctrl_c_held, worker_pool
+
+    with ctrl_c_held():
+        pool = worker_pool(1)
+        future = pool.submit(_blocked_signals)
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    try:
+        assert signal.SIGINT in future.result(timeout=120), "the worker was spawned with Ctrl-C deliverable"
+    finally:
+        pool.shutdown()
+
+
+def _blocked_signals() -> set:
+    return set(signal.pthread_sigmask(signal.SIG_BLOCK, set()))
