@@ -244,8 +244,8 @@ def optimiser_step(particle: Callable, num_particles: int, beta: float, optimize
     except ValueError as err:  # torch.distributions validates its parameters: the last update made them non-finite
         if "found invalid values" not in str(err):
             raise
-        raise NonFiniteLossError(step - 1, "the model's parameters (the update of that step)", result(),
-                                 finite=False) from None
+        what = "the model's parameters (the update of that step)" if step else "the model's starting parameters"
+        raise NonFiniteLossError(max(step - 1, 0), what, result(), finite=False) from None
     if not torch.isfinite(loss):
         raise NonFiniteLossError(step, "the loss", result())
     optimizer.zero_grad()
