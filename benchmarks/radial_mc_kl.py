@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from pyro import poutine
 from torch.func import functional_call
 
-from inference.guides import build_guide
+from inference.variational.guides import build_guide
 from inference.variational.radial import DEFAULT_CHUNK_ELEMENTS
 from zoo import BayesianNetwork, CategoricalLikelihood
 from zoo.architectures import build_architecture

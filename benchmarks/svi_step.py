@@ -40,8 +40,8 @@ from torch import nn
 
 from inference.backends import BACKENDS
 from inference.backends.svi import choose_elbo_path, svi_particle
-from inference.guides import build_guide
-from inference.training import lr_scheduler, optimiser_step
+from inference.variational.guides import build_guide
+from inference.optim.training import lr_scheduler, optimiser_step
 from inference.variational.lrt import lrt_forward
 from zoo import BayesianNetwork, CategoricalLikelihood
 from zoo.architectures import build_architecture
@@ -72,7 +72,7 @@ def baseline_step(x, y):
 
 
 def _loop_step(particle, params, config, fused_adam: bool = True):
-    """``step()``: one step of the shared training loop (:func:`~inference.training.optimiser_step`: loss and
+    """``step()``: one step of the shared training loop (:func:`~inference.optim.training.optimiser_step`: loss and
     gradient checks, Adam — fused or PyTorch's default —, schedule) with ``config``'s rate, particles and schedule."""
     optimizer = torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {}))
     scheduler = lr_scheduler(optimizer, config, 10**6)
@@ -102,7 +102,7 @@ def lrt_floor_step(x, y):
 
 
 def backend_step(x, y, name: str, **options):
-    """The per-step work of :func:`inference.training.run_training_loop` (:func:`~inference.training.optimiser_step`) for backend ``name``.
+    """The per-step work of :func:`inference.optim.training.run_training_loop` (:func:`~inference.optim.training.optimiser_step`) for backend ``name``.
 
     Returns ``(step, label)``; the guide, particle and Adam variant are the backend's own.
     """

@@ -9,11 +9,12 @@ import warnings
 with warnings.catch_warnings():
     # ArviZ 0.2x announces its 1.0 refactor once, on import; this project pins arviz < 1.0
     warnings.filterwarnings("ignore", message="ArviZ is undergoing a major refactor", category=FutureWarning)
-    from .arviz_export import load_netcdf, save_netcdf, to_inference_data
-from .backends import BACKENDS, NonFiniteLossError, fit, register_backend
-from .kernels import PSGLD, SGHMC, SGLD
-from .metrics import classification_metrics, evaluate, regression_metrics
-from .posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior
+    from inference.evaluation.arviz_export import load_netcdf, save_netcdf, to_inference_data
+from inference.backends import BACKENDS, NonFiniteLossError, register_backend
+from inference.fitting import fit
+from inference.sgmcmc.pyro_kernels import PSGLD, SGHMC, SGLD
+from inference.evaluation.metrics import classification_metrics, evaluate, regression_metrics
+from inference.posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior
 
 __all__ = [
     "fit",

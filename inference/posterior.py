@@ -26,11 +26,11 @@ from zoo.checks import check_count, check_input, check_seed, check_targets
 from zoo.resources import check_memory
 from zoo.likelihoods import PredictiveMixture
 
-from .arviz_export import to_inference_data
-from .guides import build_guide
-from .posterior_io import POSTERIOR_KINDS, load_posterior, register_kind, save_posterior, to_jsonable
-from .prediction import Prediction
-from .summary_table import fmt, html_table, text_table
+from inference.evaluation.arviz_export import to_inference_data
+from inference.variational.guides import build_guide
+from inference.storage.posterior_io import POSTERIOR_KINDS, load_posterior, register_kind, save_posterior, to_jsonable
+from inference.prediction import Prediction
+from inference.evaluation.summary_table import fmt, html_table, text_table
 
 __all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior", "load_posterior", "POSTERIOR_KINDS",
            "to_jsonable"]
@@ -162,7 +162,7 @@ class Posterior:
     @torch.no_grad()
     def to_arviz(self, x, y, num_samples: Optional[int] = None, seed: int = 0, include_weights: bool = True,
                  max_predictive_points: int = 16, prediction: Optional[Prediction] = None):
-        """ArviZ ``InferenceData`` at data ``(x, y)`` (``y`` in original units); see :mod:`inference.arviz_export`.
+        """ArviZ ``InferenceData`` at data ``(x, y)`` (``y`` in original units); see :mod:`inference.evaluation.arviz_export`.
 
         The exported draws are :meth:`param_draws` (variational: ``num_samples`` draws in one
         chain); ``log_likelihood``, ``log_joint`` and ``f_mean`` (at up to ``max_predictive_points``
@@ -252,7 +252,7 @@ class Posterior:
 
     def _state(self) -> tuple[dict, dict]:
         """``(meta, tensors)``: JSON-serialisable settings and a (nested) dict of tensors that
-        :meth:`_from_state` rebuilds this posterior from (see :mod:`inference.posterior_io`)."""
+        :meth:`_from_state` rebuilds this posterior from (see :mod:`inference.storage.posterior_io`)."""
         raise NotImplementedError
 
     @classmethod
@@ -261,7 +261,7 @@ class Posterior:
 
     def save(self, directory) -> Path:
         """Write ``posterior.json``, ``posterior.pt`` and ``info.json`` to ``directory`` (no pickled
-        objects; see :mod:`inference.posterior_io`); reload with :func:`load_posterior`."""
+        objects; see :mod:`inference.storage.posterior_io`); reload with :func:`load_posterior`."""
         return save_posterior(self, directory)
 
     @classmethod

@@ -22,7 +22,7 @@ and ``uci-benchmark``) fit them once.
 
 Outputs: ``DIR/results.csv`` (one row per run: labels and metrics), ``DIR/summary.csv`` and
 ``DIR/summary.md`` (mean ± standard error over splits / seeds per configuration, n runs, the number
-flagged ``failed_fit`` (:mod:`inference.sanity`), published numbers where the grid has them),
+flagged ``failed_fit`` (:mod:`inference.evaluation.sanity`), published numbers where the grid has them),
 ``DIR/*.png`` figures, ``DIR/failures.txt`` if runs failed.
 """
 from __future__ import annotations

@@ -7,9 +7,9 @@ the metrics, posterior, prediction, ArviZ exports and data.  With an output fold
 * ``metrics.json`` — test metrics in original units (RMSE, test log-likelihood, coverage,
   or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity; a
   posterior of several chains (ensemble members, MCMC chains) adds ``members``, the
-  per-member and mixture metrics and the members' disagreement (:mod:`inference.members`); the
+  per-member and mixture metrics and the members' disagreement (:mod:`inference.evaluation.member_metrics`); the
   trivial predictor's metrics, the ratios to it and ``failed_fit`` / ``failed_fit_reason``
-  (:mod:`inference.sanity`);
+  (:mod:`inference.evaluation.sanity`);
 * ``config.json`` — the spec, the resolved backend options and the data summary;
 * ``posterior/`` — the saved :class:`~inference.posterior.Posterior` (reload with
   :func:`inference.load_posterior`);
@@ -44,12 +44,13 @@ from zoo.priors import PRIORS, make_prior
 from zoo.stochastic import ElementMasks
 from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
-from inference.arviz_export import loo_subset, save_netcdf
-from inference.backends import BACKENDS, fit, get_backend, parse_config, resolve_device
-from inference.diagnostics import convergence_metrics, convergence_warning
-from inference.members import member_metrics
-from inference.metrics import evaluate
-from inference.sanity import fit_check, training_fit
+from inference.evaluation.arviz_export import loo_subset, save_netcdf
+from inference.backends import BACKENDS, get_backend, parse_config
+from inference.fitting import fit, resolve_device
+from inference.evaluation.diagnostics import convergence_metrics, convergence_warning
+from inference.evaluation.member_metrics import member_metrics
+from inference.evaluation.metrics import evaluate
+from inference.evaluation.sanity import fit_check, training_fit
 from inference.posterior import SamplePosterior, to_jsonable
 from inference.variational.pruning import PRUNE_MODES, prune
 
@@ -288,7 +289,7 @@ def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
     """Predict ``data``'s test set once (``seed``), evaluate it and export what reports read.
 
     ``metrics`` also compare the prediction with the trivial predictor and the fit's own training
-    points (:func:`inference.sanity.fit_check`: ``trivial_*``, ratios, ``failed_fit`` and
+    points (:func:`inference.evaluation.sanity.fit_check`: ``trivial_*``, ratios, ``failed_fit`` and
     ``failed_fit_reason``).  Raises :class:`RunFailed` when the predictions are non-finite.
     Used by :func:`execute` and
     by reports of an in-memory posterior, so both hold the same numbers.
@@ -327,7 +328,7 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     the data are loaded or anything is fitted.  ``out_dir`` holding a run raises
     :class:`lab.store.StoreError` unless ``overwrite`` (then it is replaced whole, atomically).
     Raises :class:`RunFailed` for an unusable posterior, and with ``strict`` for a fit flagged
-    ``failed_fit`` (worse than the trivial predictor, :func:`inference.sanity.fit_check`; nothing is
+    ``failed_fit`` (worse than the trivial predictor, :func:`inference.evaluation.sanity.fit_check`; nothing is
     written; without ``strict`` it is a ``RuntimeWarning``).  ``device`` (``"cpu"``, ``"cuda"``,
     ``"mps"``; checked first) is where the model is fitted and the data set is moved.  ``fitted``: the
     spec's posterior already fitted on ``data`` (by the stacked engine, :func:`inference.multifit.fit_many`,

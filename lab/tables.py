@@ -19,7 +19,7 @@ __all__ = ["summarise", "summary_markdown", "timing_line", "make_figures", "FIGU
 
 def summarise(results, group) -> "pd.DataFrame":
     """Mean, standard error (sd / √n, ddof 1; NaN for n = 1) and n of every numeric column per group,
-    and ``failed_fit``: the number of the group's runs flagged as failed fits (:mod:`inference.sanity`)."""
+    and ``failed_fit``: the number of the group's runs flagged as failed fits (:mod:`inference.evaluation.sanity`)."""
 
     group = [g for g in group if g in results.columns]
     numeric = [c for c in results.columns if c not in group and c not in ("seed", "split", "failed_fit")

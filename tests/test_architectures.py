@@ -164,7 +164,7 @@ def test_multilstm_with_one_head_per_target_is_unchanged():
 
 
 def test_multilstm_heads_round_trip_through_the_network_spec():
-    from inference.net_spec import build_net, net_spec
+    from inference.storage.net_spec import build_net, net_spec
 
     net = build_architecture("multilstm", 3, 6, hidden=4, heads=2)
     spec = net_spec(net)

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from inference import SamplePosterior, load_netcdf, save_netcdf
-from inference.arviz_export import loo_subset, to_inference_data
+from inference.evaluation.arviz_export import loo_subset, to_inference_data
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from inference.backends import fit
+from inference.fitting import fit
 from inference.backends.deep_ensemble import DeepEnsembleConfig, fgsm_epsilon, fgsm_inputs
 from lab.runs import RunSpec, _backend_options, make_run_likelihood
 from zoo.architectures import build_architecture

@@ -1,12 +1,12 @@
-"""The ``ensemble`` backend (deep ensembles) and the per-member metrics of :mod:`inference.members`."""
+"""The ``ensemble`` backend (deep ensembles) and the per-member metrics of :mod:`inference.evaluation.member_metrics`."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from inference import load_posterior
-from inference.backends import fit
-from inference.members import member_metrics, member_posteriors
+from inference.fitting import fit
+from inference.evaluation.member_metrics import member_metrics, member_posteriors
 from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
 

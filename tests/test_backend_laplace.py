@@ -18,9 +18,9 @@ from torch import nn
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
 from inference.backends.laplace import VALIDATION_GRID, KronRoot, LaplacePosterior, log_evidence
-from inference.laplace_posterior import bridge_log_alpha, closed_form_nll, probit_logits
-from inference.curvature import WeightLayout, ggn, kfac
-from inference.metrics import evaluate
+from inference.laplace.posterior import bridge_log_alpha, closed_form_nll, probit_logits
+from inference.laplace.curvature import WeightLayout, ggn, kfac
+from inference.evaluation.metrics import evaluate
 from lab.cli import main
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood, LaplacePrior, NormalPrior
 from zoo.likelihoods import HeteroscedasticGaussianLikelihood, make_likelihood

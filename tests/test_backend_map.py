@@ -6,7 +6,7 @@ import torch
 
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import load_posterior
-from inference.backends import fit
+from inference.fitting import fit
 from inference.posterior import SamplePosterior
 from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import GaussianLikelihood

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from inference import load_posterior
-from inference.backends import fit
+from inference.fitting import fit
 from inference.backends import mc_dropout
 from inference.backends.mc_dropout import DEFAULT_DROPOUT, GAL2016_DROPOUT_GRID, MCDropoutConfig, dropout_layers
 from lab.runs import RunSpec, _backend_options

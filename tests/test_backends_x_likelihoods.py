@@ -10,8 +10,10 @@ import math
 import pytest
 import torch
 
-from inference.backends import BACKENDS, fit
-from inference.metrics import evaluate
+from inference.backends import BACKENDS
+
+from inference.fitting import fit
+from inference.evaluation.metrics import evaluate
 from zoo import BayesianNetwork
 from zoo.architectures import MLP
 from zoo.likelihoods import make_likelihood

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from conftest import flat_linear_draws
-from inference.backends import BACKENDS, fit
+from inference.backends import BACKENDS
+from inference.fitting import fit
 from inference.variational.pruning import prune
 from test_backends_x_likelihoods import TINY, check_tiny_fit, tiny_problem
 from test_mcmc import assert_matches, linear_bnn, rhat_max

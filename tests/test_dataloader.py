@@ -16,7 +16,7 @@ from zoo.priors import NormalPrior
 
 from inference import fit
 from inference.backends import loader_backends
-from inference.batches import minibatches
+from inference.optim.batches import minibatches
 from conftest import flat_linear_draws
 
 

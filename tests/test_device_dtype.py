@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from inference.backends import fit, resolve_device
+from inference.fitting import fit, resolve_device
 from lab.cli import main
 from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood

@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 
 from inference.prediction import Prediction
-from inference.sanity import SCALE_LIMIT, fit_check, trivial_predictor_metrics
+from inference.evaluation.sanity import SCALE_LIMIT, fit_check, trivial_predictor_metrics
 from lab.cli import main
 from lab.experiments import run_one, write_tables
 from lab.grid_runs import Experiment, Run

@@ -1,6 +1,6 @@
 """The one guide protocol (per-site location and scale, pruning rule) and no global side effects.
 
-Every guide in ``inference.guides.GUIDES`` follows ``VariationalGuide``; the values it reports are
+Every guide in ``inference.variational.guides.GUIDES`` follows ``VariationalGuide``; the values it reports are
 checked against parameters set by hand.  Importing ``inference`` changes neither Pyro's settings
 nor the warning filters, and stock Pyro code in the same process keeps working after importing
 and after one of our fits (the guides switch Pyro's module-local parameter mode on only around
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from inference import fit
-from inference.guides import EmptyGuide, NormalGuide, build_guide
+from inference.variational.guides import EmptyGuide, NormalGuide, build_guide
 from inference.variational import AutoRadial, MeanFieldGuide, PrunableGuide, PruningRule, VariationalGuide
 from inference.variational.protocol import SNR_RULE, module_local_params, rule_mask
 from zoo import BayesianNetwork, GaussianLikelihood
@@ -177,7 +177,7 @@ def test_import_changes_no_pyro_setting_and_no_warning_filter():
         import warnings
         import pyro
         settings, filters = pyro.settings.get(), list(warnings.filters)
-        import inference, inference.guides, inference.variational
+        import inference, inference.variational.guides, inference.variational
         print(pyro.settings.get() == settings, list(warnings.filters) == filters,
               pyro.settings.get("module_local_params"))
         """

@@ -21,7 +21,7 @@ from zoo.data import Dataset
 from inference import evaluate, fit, load_posterior
 from inference.backends import BACKENDS
 from inference.backends.base import parse_config
-from inference.posterior_io import MissingSaveError, SaveFileError
+from inference.storage.posterior_io import MissingSaveError, SaveFileError
 
 N = 20
 X = torch.linspace(-2, 2, N).unsqueeze(1)

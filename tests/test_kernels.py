@@ -1,4 +1,4 @@
-"""SGLD, pSGLD and SGHMC as Pyro MCMC kernels (``inference.kernels``) on plain Pyro models.
+"""SGLD, pSGLD and SGHMC as Pyro MCMC kernels (``inference.sgmcmc.pyro_kernels``) on plain Pyro models.
 
 Each kernel runs one chain under ``pyro.infer.MCMC``.  Tolerances come from Monte Carlo error.
 SGLD and SGHMC are linear maps on a Gaussian target, so their stationary sd and the long-run
@@ -32,9 +32,9 @@ from pyro.infer import MCMC
 from pyro.infer.mcmc.util import initialize_model
 
 from conftest import make_conjugate_regression
-from inference.kernels import PSGLD, SGHMC, SGLD
-from inference.mcmc.sgmcmc import polynomial_decay
-from inference.mcmc.sgmcmc_steps import sghmc_step_size, sgld_step_size
+from inference.sgmcmc.pyro_kernels import PSGLD, SGHMC, SGLD
+from inference.sgmcmc.updates import polynomial_decay
+from inference.sgmcmc.step_sizes import sghmc_step_size, sgld_step_size
 
 
 def regression_model(x, y, noise_sd, prior_sd, subsample_size=None, subsample=None):

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from inference import fit, load_posterior
-from inference.curvature import WeightLayout, ggn, jacobian_path
+from inference.laplace.curvature import WeightLayout, ggn, jacobian_path
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 from test_user_networks import GRUNet  # a GRU (no vmap batching rule) and a linear read-out
 

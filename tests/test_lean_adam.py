@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from inference.lean_adam import LeanAdam, gradient_norm
-from inference.training import LoopOptions, lr_scheduler
+from inference.optim.lean_adam import LeanAdam, gradient_norm
+from inference.optim.training import LoopOptions, lr_scheduler
 
 
 def _trajectory(lean: bool, fused: bool, steps: int = 40) -> list:

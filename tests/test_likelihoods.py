@@ -209,7 +209,7 @@ def _random_posterior(name, num_draws=40, repeats=100, seed=0):
 def test_mixture_pit_and_its_coverage_match_sampling(name):
     """The predictive mixture CDF at the targets equals the fraction of sampled observations below
     them, and coverage from the PIT equals coverage of the sampled central interval (MC error)."""
-    from inference.metrics import coverage_from_pit
+    from inference.evaluation.metrics import coverage_from_pit
 
     posterior, x, y = _random_posterior(name)
     prediction = posterior.predict(x, y=y, seed=0)
@@ -264,7 +264,7 @@ def test_observe_scores_the_training_objective():
 # ---------------------------------------------------------------- recovery
 def test_heteroscedastic_map_recovers_a_noise_sd_that_grows_with_x():
     """y = sin(2x) + σ(x) ε with σ(x) = 0.1 + 0.2 (x + 1): the fitted σ follows it within 15 % on a grid."""
-    from inference.backends import fit
+    from inference.fitting import fit
 
     g = torch.Generator().manual_seed(0)
     x = torch.rand(2000, 1, generator=g) * 2 - 1
@@ -286,7 +286,7 @@ def test_heteroscedastic_map_recovers_a_noise_sd_that_grows_with_x():
 def test_studentt_map_recovers_dof_and_scale_within_their_standard_errors():
     """A constant-mean model on 4000 draws of 0.5 + 0.7 t_4: ν̂ and ŝ lie within 3 standard errors (inverse
     observed information) of the truth and agree with scipy's maximum-likelihood fit."""
-    from inference.backends import fit
+    from inference.fitting import fit
 
     nu, scale, n = 4.0, 0.7, 4000
     y = torch.tensor(0.5 + scale * st.t.rvs(nu, size=(n, 1), random_state=np.random.default_rng(0)),
@@ -390,7 +390,7 @@ def test_predictive_mixture_quantiles_solve_the_scipy_mixture_cdf(name):
 def test_prediction_interval_is_the_central_interval_whose_coverage_the_pit_measures(name):
     """A target lies in the ``level`` interval iff its PIT value lies in [(1 − level)/2, (1 + level)/2]
     (exactly, up to ties at the boundary), and the endpoints have mixture CDF (1 ∓ level)/2."""
-    from inference.metrics import coverage_from_pit
+    from inference.evaluation.metrics import coverage_from_pit
 
     posterior, x, y = _random_posterior(name, num_draws=5, repeats=1)
     prediction = posterior.predict(x, y=y, seed=0)

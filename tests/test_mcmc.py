@@ -19,10 +19,10 @@ from conftest import flat_linear_draws, make_conjugate_regression
 from test_user_networks import GRUNet, _data
 from inference import NonFiniteLossError, fit, load_posterior
 from inference.mcmc.adaptation import adaptation_windows, welford_covariance
-from inference.diagnostics import convergence_metrics, convergence_warning
+from inference.evaluation.diagnostics import convergence_metrics, convergence_warning
 from inference.mcmc import compilation
 from inference.mcmc.compilation import LazyCompile, compile_blocker, should_compile
-from inference.potential import PlateauStop, Potential, initial_point
+from inference.optim.potential import PlateauStop, Potential, initial_point
 from lab.runs import RunSpec, execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 

@@ -19,10 +19,10 @@ from inference.mcmc.adaptation import adaptation_windows, dual_averaging, welfor
 from inference.mcmc.driver import run_chains, thinned
 from inference.mcmc.integrators import IntegratorState, energy, leapfrog
 from inference.mcmc.kernels import HMCState, hmc_transition, nuts_transition
-from inference.mcmc.metrics import euclidean_metric, kinetic_energy, sample_momentum, velocity
+from inference.mcmc.mass_matrix import euclidean_metric, kinetic_energy, sample_momentum, velocity
 from inference.mcmc.nuts import Checkpoints, Edge, Proposal, block_masks, build_subtree, is_turning, new_subtree, subtree_step
-from inference.potential import compiled
-from inference.mcmc.sgmcmc import as_schedule, cosine_cycle, polynomial_decay, psgld, sghmc, sgld
+from inference.optim.potential import compiled
+from inference.sgmcmc.updates import as_schedule, cosine_cycle, polynomial_decay, psgld, sghmc, sgld
 
 
 def gaussian(precision: torch.Tensor):

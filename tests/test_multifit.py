@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from inference import fit
-from inference.batches import minibatches
+from inference.optim.batches import minibatches
 from inference.multifit import fit_many
 from inference.multifit.stacked import StackedBatches
-from inference.training import NonFiniteLossError
+from inference.optim.training import NonFiniteLossError
 from lab.grid_runs import Run
 from lab.run_batches import RunBatch, group_runs
 from lab.runs import RunSpec

@@ -19,7 +19,7 @@ from zoo.priors import NormalPrior, Prior, StudentTPrior
 from zoo.stochastic import ElementMasks
 
 from inference import SamplePosterior, fit, load_posterior
-from inference.net_spec import build_net, net_spec
+from inference.storage.net_spec import build_net, net_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from inference import SamplePosterior
-from inference.metrics import (calibration_bins, coverage, coverage_from_pit, ece_from_probs, evaluate,
+from inference.evaluation.metrics import (calibration_bins, coverage, coverage_from_pit, ece_from_probs, evaluate,
                                expected_calibration_error)
 from inference.prediction import Prediction
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
@@ -137,7 +137,7 @@ def test_one_draw_gaussian_interval_is_f_plus_minus_z_sigma():
 
 def test_map_posterior_band_has_the_width_of_its_noise():
     """A MAP fit is one draw: its 90 % band is f ± 1.645 σ̂ (learned noise, original units), not zero width."""
-    from inference.backends import fit
+    from inference.fitting import fit
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(40, 1, generator=g)

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from inference import fit
-from inference.members import member_metrics, member_posteriors, member_predictions
-from inference.metrics import evaluate
+from inference.evaluation.member_metrics import member_metrics, member_posteriors, member_predictions
+from inference.evaluation.metrics import evaluate
 from lab.cli import main
 from lab.runs import RunSpec, build_model
 from zoo.bnn import BayesianNetwork

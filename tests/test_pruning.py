@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from inference import fit, load_posterior
-from inference.guides import build_guide
+from inference.variational.guides import build_guide
 from inference.posterior import VariationalPosterior
 from inference.variational import evaluate_repeated, prune, sparsity
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from inference import fit
-from inference.elbo import elbo_terms
-from inference.guides import build_guide
+from inference.variational.elbo import elbo_terms
+from inference.variational.guides import build_guide
 from inference.variational.radial import (
     AutoRadial,
     RadialNormal,

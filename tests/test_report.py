@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from inference import BACKENDS, Posterior, SamplePosterior, evaluate, load_netcdf, load_posterior
-from inference.arviz_export import loo_subset, quiet_arviz
-from inference.diagnostics import convergence_metrics
-from inference.members import member_metrics
-from inference.metrics import ece_from_probs
+from inference.evaluation.arviz_export import loo_subset, quiet_arviz
+from inference.evaluation.diagnostics import convergence_metrics
+from inference.evaluation.member_metrics import member_metrics
+from inference.evaluation.metrics import ece_from_probs
 from lab.cli import main
 from lab.report import RUN_SECTIONS, Run, open_run, render_run, render_section, write_comparison, write_report
 from lab.report.likelihood import binned_residuals, fixed_rows, latent_rows, noise_sd, pit_tail_rows

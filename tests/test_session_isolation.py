@@ -9,7 +9,9 @@ import pyro
 import pytest
 import torch
 
-from inference.backends import BACKENDS, fit
+from inference.backends import BACKENDS
+
+from inference.fitting import fit
 
 from test_backends_x_likelihoods import TINY, tiny_problem
 

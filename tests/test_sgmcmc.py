@@ -18,8 +18,8 @@ import torch
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit
 from inference.backends.sgmcmc import CyclicalConfig, CyclicalSGMCMCBackend, SGLDBackend, SGLDConfig
-from inference.mcmc.sgmcmc import sghmc, sgld
-from inference.mcmc.sgmcmc_steps import VARIANCE_INFLATION, sghmc_step_size, sgld_step_size, spectral_radius
+from inference.sgmcmc.updates import sghmc, sgld
+from inference.sgmcmc.step_sizes import VARIANCE_INFLATION, sghmc_step_size, sgld_step_size, spectral_radius
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 COMMON = {"batch_size": None, "init": "current"}
@@ -58,7 +58,7 @@ def test_kernel_recovers_conjugate_posterior(conjugate_regression, case):
     assert post.sample_stats["lp"].shape == post.sample_stats["step_size"].shape == shape
 
 
-# the default step sizes (inference.mcmc.sgmcmc_steps) on N = 500 rows in minibatches of 50 (r = 10):
+# the default step sizes (inference.sgmcmc.step_sizes) on N = 500 rows in minibatches of 50 (r = 10):
 # the rule keeps the stationary sd along the stiffest direction within 5 % (precision eigenvalues
 # ≈ 1 700–2 300 here, so every direction within 5 %); ε λ_max ≈ 0.04 makes the slowest
 # direction's autocorrelation time ≈ 130 steps, so 32 chains × 1 000 steps give an MC error of

@@ -11,9 +11,9 @@ from torch import nn
 
 from conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit, load_netcdf, load_posterior, save_netcdf
-from inference.guides import build_guide
-from inference.latent_fit import fit_latents
-from inference.training import average_particles, kl_weight, optimiser_step, pretrain
+from inference.variational.guides import build_guide
+from inference.optim.latent_fit import fit_latents
+from inference.optim.training import average_particles, kl_weight, optimiser_step, pretrain
 from zoo import BayesianNetwork, GaussianLikelihood, LaplacePrior, NormalPrior, StudentTLikelihood
 
 

@@ -13,8 +13,8 @@ from torch import nn
 
 from inference import fit, load_posterior
 from inference.backends.svi import SVIConfig, choose_elbo_path
-from inference.guides import build_guide, fused_elbo_blocker
-from inference.training import trace_particle
+from inference.variational.guides import build_guide, fused_elbo_blocker
+from inference.optim.training import trace_particle
 from zoo import (
     BayesianNetwork,
     CategoricalLikelihood,

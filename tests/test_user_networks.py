@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from inference.backends import fit
+from inference.fitting import fit
 from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import GaussianLikelihood
 

@@ -16,8 +16,8 @@ from scipy import integrate, stats
 
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
-from inference.elbo import elbo_terms
-from inference.guides import build_guide
+from inference.variational.elbo import elbo_terms
+from inference.variational.guides import build_guide
 from inference.variational.families import (
     FAMILIES,
     KINGMA_KL_CONST,

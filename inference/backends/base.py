@@ -5,9 +5,9 @@ A backend is an object with a ``name``, a ``Config`` dataclass of its options an
 options into the config (unknown options → a ``ValueError`` listing the valid ones),
 validates the data, and dispatches through the ``BACKENDS`` registry.  A backend whose
 ``accepts_loader`` is true also takes a ``DataLoader``'s batches: ``run`` then gets a
-:class:`~inference.batches.LoaderBatches` as ``x`` and ``y=None`` (:func:`check_loader`).
-A run that meets a NaN/inf stops with :class:`~inference.training.NonFiniteLossError`;
-``minibatches`` gives the shuffled epochs (from :mod:`inference.batches`, re-exported for
+:class:`~inference.optim.batches.LoaderBatches` as ``x`` and ``y=None`` (:func:`check_loader`).
+A run that meets a NaN/inf stops with :class:`~inference.optim.training.NonFiniteLossError`;
+``minibatches`` gives the shuffled epochs (from :mod:`inference.optim.batches`, re-exported for
 the sampling backends).
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ from zoo.bnn import BayesianNetwork
 from zoo.checks import check_input, check_targets
 from zoo.resources import check_memory
 
-from ..batches import LoaderBatches, minibatches
-from ..training import LoopOptions, NonFiniteLossError
+from inference.optim.batches import LoaderBatches, minibatches
+from inference.optim.training import LoopOptions, NonFiniteLossError
 
 #: the largest integer option accepted (epochs, samples, steps, ...): more could not finish
 MAX_COUNT = 10**9
@@ -43,8 +43,8 @@ class Backend:
     @property
     def accepts_loader(self) -> bool:
         """Whether ``run`` takes a DataLoader's batches: the backends trained by the one training loop
-        (:func:`inference.training.fit_guide`, options :class:`~inference.training.LoopOptions`).
-        A backend with another minibatch loop that reads :class:`~inference.batches.LoaderBatches`
+        (:func:`inference.optim.training.fit_guide`, options :class:`~inference.optim.training.LoopOptions`).
+        A backend with another minibatch loop that reads :class:`~inference.optim.batches.LoaderBatches`
         sets ``accepts_loader = True``."""
         return isinstance(self.Config, type) and issubclass(self.Config, LoopOptions)
 
@@ -164,7 +164,7 @@ def _check_model(bnn) -> None:
 
 
 def check_loader(bnn, loader) -> LoaderBatches:
-    """A ``DataLoader`` of ``(x, y)`` batches as :class:`~inference.batches.LoaderBatches`.
+    """A ``DataLoader`` of ``(x, y)`` batches as :class:`~inference.optim.batches.LoaderBatches`.
 
     The dataset must be map-style (``len(loader.dataset)`` is N, for the N/n likelihood scaling);
     every batch is checked with :func:`check_training_data` as it is drawn.

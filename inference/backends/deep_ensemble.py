@@ -56,10 +56,10 @@ import torch
 from torch.distributions import biject_to
 from torch.func import vmap
 
-from ..posterior import SamplePosterior
-from ..potential import Potential, frozen_deterministic
-from .base import Backend, NonFiniteLossError
-from .ensemble import member_initial_values
+from inference.posterior import SamplePosterior
+from inference.optim.potential import Potential, frozen_deterministic
+from inference.backends.base import Backend, NonFiniteLossError
+from inference.backends.ensemble import member_initial_values
 
 __all__ = ["DeepEnsembleConfig", "DeepEnsembleBackend", "fgsm_epsilon", "fgsm_inputs"]
 

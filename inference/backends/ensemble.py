@@ -48,13 +48,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 
-from ..batches import LoaderBatches
-from ..members import member_initial_values
-from ..posterior import SamplePosterior
-from ..potential import frozen_deterministic
-from ..workers import check_executor, run_calls
-from .base import Backend, NonFiniteLossError
-from .map import MAPConfig, MAPFit, fit_map, run_info, stack_members
+from inference.optim.batches import LoaderBatches
+from inference.evaluation.member_metrics import member_initial_values
+from inference.posterior import SamplePosterior
+from inference.optim.potential import frozen_deterministic
+from inference.workers import check_executor, run_calls
+from inference.backends.base import Backend, NonFiniteLossError
+from inference.backends.map import MAPConfig, MAPFit, fit_map, run_info, stack_members
 
 __all__ = ["EnsembleConfig", "EnsembleBackend", "member_initial_values", "check_member_options"]
 
@@ -122,11 +122,11 @@ class EnsembleBackend(Backend):
                              "worker processes or Ray tasks")
         members = list(range(config.num_members))
         results = []
-        from ..multifit.blockers import batch_blocker  # deferred: importing inference.multifit imports the backends
+        from inference.multifit.blockers import batch_blocker  # deferred: importing inference.multifit imports the backends
         vectorised = (config.vectorise and not config.parallel and not isinstance(x, LoaderBatches)
                       and batch_blocker(bnn, "map", config) is None)
         if vectorised:  # the members as one stacked program
-            from ..multifit.map import fit_map_members
+            from inference.multifit.map import fit_map_members
             starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + k) for k in members[1:]]
             fits, steps = fit_map_members(bnn, x, y, config, [seed + k for k in members], starts, progress)
             results, members = list(zip(fits, steps)), []

@@ -1,6 +1,6 @@
 """The ``hmc`` and ``nuts`` backends: HMC and NUTS over exactly a model's random sites, all chains in lockstep.
 
-Both backends sample ``π(z)`` of :class:`inference.potential.Potential`: the random
+Both backends sample ``π(z)`` of :class:`inference.optim.potential.Potential`: the random
 weights and likelihood latents in unconstrained coordinates; deterministic parameters
 stay at the network's values (after the optional MAP initialisation, which fits them
 jointly when the model trains them).  The ``C`` chains are one ``[C, D]`` tensor, so
@@ -29,14 +29,14 @@ from typing import Literal, Union
 import pyro
 import torch
 
-from ..diagnostics import tree_depth_saturation
-from ..mcmc.adaptation import find_step_size, window_adaptation
-from ..mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
-from ..mcmc.driver import run_chains, thinned
-from ..mcmc.kernels import HMCState, build_hmc, build_nuts
-from ..posterior import SamplePosterior
-from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
-from .base import Backend, NonFiniteLossError
+from inference.evaluation.diagnostics import tree_depth_saturation
+from inference.mcmc.adaptation import find_step_size, window_adaptation
+from inference.mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
+from inference.mcmc.driver import run_chains, thinned
+from inference.mcmc.kernels import HMCState, build_hmc, build_nuts
+from inference.posterior import SamplePosterior
+from inference.optim.potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
+from inference.backends.base import Backend, NonFiniteLossError
 
 __all__ = ["ChainConfig", "HMCConfig", "NUTSConfig", "HMCBackend", "NUTSBackend", "sample_chains"]
 
@@ -58,7 +58,7 @@ class ChainConfig:
         init: ``"map"`` (an Adam MAP fit first) or ``"current"`` (the network's weights).
         map_steps / map_lr / map_tol: the MAP fit's cap on full-batch Adam steps, its learning rate
             and its convergence tolerance (a relative change of the loss; it stops on convergence,
-            :func:`inference.potential.initial_point`; 0: exactly ``map_steps`` cosine-decayed steps).
+            :func:`inference.optim.potential.initial_point`; 0: exactly ``map_steps`` cosine-decayed steps).
         init_jitter: sd of the Gaussian jitter added to the start of every chain
             (unconstrained coordinates).
         pool_adaptation: estimate one inverse mass matrix from the warm-up draws of all

@@ -1,13 +1,13 @@
 """The ``laplace`` backend: a Gaussian around the MAP of the random subset (MacKay 1992).
 
-1. MAP: :func:`inference.potential.initial_point` (full-batch Adam on −log π, deterministic
+1. MAP: :func:`inference.optim.potential.initial_point` (full-batch Adam on −log π, deterministic
    parameters trained jointly when the model trains them, then held); ``init="current"``
    keeps the network's weights as they are (a network trained elsewhere: post-hoc Laplace,
    Daxberger et al. 2021) and sets the likelihood's latents (a learned noise precision, a
    Student-t's scale and ν) to their MAP for those weights
-   (:func:`inference.latent_fit.fit_latents`), as deterministic pretraining does for VI.
+   (:func:`inference.optim.latent_fit.fit_latents`), as deterministic pretraining does for VI.
 2. Curvature: the GGN of the negative log-likelihood over the random *weights* at the MAP,
-   built from the likelihood's output Fisher (:mod:`inference.curvature`; every likelihood):
+   built from the likelihood's output Fisher (:mod:`inference.laplace.curvature`; every likelihood):
    dense ``[P, P]`` for small subsets (last layer, named modules: subnetwork Laplace,
    Daxberger et al. 2021); for large ones Kronecker-factored per
    ``nn.Linear`` layer (KFAC, Martens & Grosse 2015; the Laplace approximation of Ritter et
@@ -39,8 +39,8 @@
    MAP fit, ``"marglik"`` otherwise: on a classifier whose MAP separates the training data the GGN is
    ≈ 0 and the evidence's δ leaves the Gaussian far too wide (docs/baselines.md, digits).
 4. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
-   :class:`~inference.laplace_posterior.LaplacePosterior` (one chain).  Predictives
-   (:mod:`inference.laplace_posterior`): ``"glm"`` Monte Carlo over the network linearised at the
+   :class:`~inference.laplace.posterior.LaplacePosterior` (one chain).  Predictives
+   (:mod:`inference.laplace.posterior`): ``"glm"`` Monte Carlo over the network linearised at the
    MAP (Immer et al. 2021), ``"sample"`` the network itself at the draws (which Immer et al. 2021
    show to underfit when the random subset is large), and for classification ``"probit"``
    (MacKay 1992) and ``"bridge"`` (Hobbhahn et al. 2022) in closed form.  ``"auto"`` (default):
@@ -57,13 +57,13 @@ from typing import Optional, Union
 import pyro
 import torch
 
-from ..curvature import (WeightLayout, effective_dim, evaluation_mode, ggn, jacobian_path, kfac,
+from inference.laplace.curvature import (WeightLayout, effective_dim, evaluation_mode, ggn, jacobian_path, kfac,
                          kfac_unsupported)
-from ..latent_fit import fit_latents
-from ..laplace_posterior import (CLOSED_FORM, PREDICTIVES, KronRoot, LaplacePosterior, LinearisedNetwork,
+from inference.optim.latent_fit import fit_latents
+from inference.laplace.posterior import (CLOSED_FORM, PREDICTIVES, KronRoot, LaplacePosterior, LinearisedNetwork,
                                  closed_form_nll, sample_offsets)
-from ..potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
-from .base import Backend
+from inference.optim.potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
+from inference.backends.base import Backend
 
 __all__ = ["LaplaceConfig", "LaplaceBackend", "LaplacePosterior", "LinearisedNetwork", "KronRoot", "log_evidence",
            "mackay_precision", "VALIDATION_GRID"]
@@ -364,7 +364,7 @@ def _validation_search(bnn, layout: WeightLayout, x, y, config: LaplaceConfig, s
 
 def _latents_at_map(bnn, values: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
     """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
-    (:func:`inference.latent_fit.fit_latents` on the network's eval-mode outputs over ``x``), started
+    (:func:`inference.optim.latent_fit.fit_latents` on the network's eval-mode outputs over ``x``), started
     from the values there."""
     weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
     with torch.no_grad():

@@ -8,7 +8,7 @@ estimates unless the model froze them:
 
 so a Normal(0, σ) weight prior is weight decay 1/(2σ²)·‖w‖² and the noise is learned,
 not fixed.  Per minibatch of n out of N the loss is −(N/n) Σ_batch log p(y|x, w, θ) −
-log p(w_s, θ), minimised by the one training loop :func:`inference.training.run_training_loop`
+log p(w_s, θ), minimised by the one training loop :func:`inference.optim.training.run_training_loop`
 (Adam, learning-rate schedule, gradient clipping, NaN/inf stop, progress bar) with a
 single particle and no KL annealing; the per-epoch history holds the scaled
 log-likelihood as ``expected_log_likelihood`` and the penalty −log p(w_s, θ) as ``kl``.
@@ -22,7 +22,7 @@ density.
 The result is a point mass: a :class:`~inference.posterior.SamplePosterior` with one chain
 of one draw, so prediction, metrics (with the learned noise), ArviZ export and save/load
 are those of every sampler (the export writes the point mass's pointwise log-likelihood so
-that ``az.loo`` returns the plug-in score flagged unreliable; :mod:`inference.arviz_export`).
+that ``az.loo`` returns the plug-in score flagged unreliable; :mod:`inference.evaluation.arviz_export`).
 """
 from __future__ import annotations
 
@@ -35,18 +35,18 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from ..batches import LoaderBatches, as_batches, loader_info
-from ..posterior import SamplePosterior
-from ..potential import Potential
-from ..training import HISTORY_KEYS, LoopOptions, NonFiniteLossError, OptimiserOptions, run_training_loop
-from .base import Backend
+from inference.optim.batches import LoaderBatches, as_batches, loader_info
+from inference.posterior import SamplePosterior
+from inference.optim.potential import Potential
+from inference.optim.training import HISTORY_KEYS, LoopOptions, NonFiniteLossError, OptimiserOptions, run_training_loop
+from inference.backends.base import Backend
 
 __all__ = ["MAPConfig", "MAPBackend", "MAPFit", "fit_map", "stack_members", "run_info"]
 
 
 @dataclass
 class MAPConfig(OptimiserOptions):
-    """Options of a MAP fit: the optimiser options of :class:`~inference.training.OptimiserOptions`
+    """Options of a MAP fit: the optimiser options of :class:`~inference.optim.training.OptimiserOptions`
     (epochs, batch size, Adam learning rate and schedule, optional gradient clipping)."""
 
     def loop_options(self) -> LoopOptions:
@@ -79,7 +79,7 @@ def fit_map(
 
     Args:
         bnn, x, y: the model and validated training data (standardised targets) ``[N, ...]``, or
-            ``x`` a :class:`~inference.batches.LoaderBatches` (``y`` then ``None``; its batches are
+            ``x`` a :class:`~inference.optim.batches.LoaderBatches` (``y`` then ``None``; its batches are
             used, ``config.batch_size`` is not, and N is ``len(loader.dataset)``).
         config: the :class:`MAPConfig`.
         seed: seeds the minibatch order and any randomness in the training forward pass.

@@ -59,12 +59,12 @@ from torch.func import vmap
 
 from zoo.likelihoods import GaussianLikelihood
 
-from ..batches import LoaderBatches
-from ..posterior import SamplePosterior
-from ..training import OptimiserOptions
-from .base import Backend, NonFiniteLossError
-from .ensemble import member_initial_values
-from .map import MAPConfig, fit_map, run_info
+from inference.optim.batches import LoaderBatches
+from inference.posterior import SamplePosterior
+from inference.optim.training import OptimiserOptions
+from inference.backends.base import Backend, NonFiniteLossError
+from inference.backends.ensemble import member_initial_values
+from inference.backends.map import MAPConfig, fit_map, run_info
 
 __all__ = ["MCDropoutConfig", "MCDropoutBackend", "dropout_layers", "DEFAULT_DROPOUT", "PROTOCOLS",
            "GAL2016_DROPOUT_GRID", "GAL2016_TRAINING"]

@@ -1,11 +1,11 @@
 """The SG-MCMC backends: ``sgld``, ``psgld``, ``sghmc`` and ``csgmcmc``.
 
-All four sample π(z) of :class:`inference.potential.Potential` (random sites in
+All four sample π(z) of :class:`inference.optim.potential.Potential` (random sites in
 unconstrained coordinates, deterministic parameters at the network's values) from
 minibatch gradients g = ∇ log π̃(z) with the likelihood scaled by N/n.  The ``C`` chains
 are one ``[C, D]`` tensor and share each minibatch (one batched forward pass per step);
 their injected noise is independent.  This module holds the options and assembles the
-kernels of :mod:`inference.mcmc.sgmcmc` (SGLD, Welling & Teh 2011; pSGLD, Li et al. 2016;
+kernels of :mod:`inference.sgmcmc.updates` (SGLD, Welling & Teh 2011; pSGLD, Li et al. 2016;
 SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020) with the loop of
 :func:`inference.mcmc.driver.run_chains`:
 
@@ -14,7 +14,7 @@ SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020) with the loop of
   ``step_offset`` b, ``step_decay`` γ), Welling & Teh 2011's a (b + t)^−γ.
 
 ``step_size=None`` (the default) sets ε₀ / η / α₀ from the curvature at the start point
-(:mod:`inference.mcmc.sgmcmc_steps`): the spectral radius λ of the Hessian of −log π̃ on up to
+(:mod:`inference.sgmcmc.step_sizes`): the spectral radius λ of the Hessian of −log π̃ on up to
 :data:`CURVATURE_ROWS` training rows (scaled by N/m), by power iteration on Hessian-vector
 products, and the rule of each sampler for the minibatch ratio r = N/n; ``info["step_size_rule"]``
 records λ, r and the step.
@@ -34,17 +34,17 @@ from typing import Callable, Iterator, Optional
 import pyro
 import torch
 
-from ..mcmc.driver import run_chains, thinned
-from ..mcmc.sgmcmc import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
-from ..mcmc.sgmcmc_steps import (
+from inference.mcmc.driver import run_chains, thinned
+from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
+from inference.sgmcmc.step_sizes import (
     CURVATURE_ROWS, PSGLD_WARM_START, cyclical_step_size, hessian_operator, preconditioned, rms_preconditioner,
     sghmc_step_size, sgld_step_size,
     spectral_radius,
 )  # fmt: skip
-from ..posterior import SamplePosterior
-from ..batches import LoaderBatches, loader_info
-from ..potential import INIT_STRATEGIES, Potential, endless_batches, frozen_deterministic, initial_point
-from .base import Backend, NonFiniteLossError, minibatches
+from inference.posterior import SamplePosterior
+from inference.optim.batches import LoaderBatches, loader_info
+from inference.optim.potential import INIT_STRATEGIES, Potential, endless_batches, frozen_deterministic, initial_point
+from inference.backends.base import Backend, NonFiniteLossError, minibatches
 
 __all__ = [
     "SGMCMCConfig",
@@ -164,7 +164,7 @@ class CyclicalConfig(SGMCMCConfig):
     ``step_size`` α₀ is the peak of the cosine schedule, taken by the exploration phase's plain
     SGD steps on the N-scaled potential; by default the largest peak whose sampling phase meets
     the inner kernel's step rule and whose exploration stays at half its stability limit
-    (:func:`~inference.mcmc.sgmcmc_steps.cyclical_step_size`)."""
+    (:func:`~inference.sgmcmc.step_sizes.cyclical_step_size`)."""
 
     num_cycles: int = 4
     exploration: float = 0.8
@@ -211,7 +211,7 @@ class CyclicalConfig(SGMCMCConfig):
 class SGMCMCBackend(Backend):
     """Base of the SG-MCMC backends: a kernel, a number of steps and the steps whose states are kept.
 
-    ``run`` also takes a DataLoader's batches (:class:`~inference.batches.LoaderBatches`, ``y``
+    ``run`` also takes a DataLoader's batches (:class:`~inference.optim.batches.LoaderBatches`, ``y``
     ``None``): each step, and each step of the MAP initialisation, takes the loader's next batch
     (its order and batch size; ``config.batch_size`` is not used), the likelihood scaled by N/n
     with N = ``len(loader.dataset)``."""
@@ -222,7 +222,7 @@ class SGMCMCBackend(Backend):
         raise NotImplementedError
 
     def default_step_size(self, config, hessian: Callable, curvature: Callable, batch_ratio: float, **start) -> float:
-        """The step rule of :mod:`inference.mcmc.sgmcmc_steps` for this sampler; ``curvature(operator)``
+        """The step rule of :mod:`inference.sgmcmc.step_sizes` for this sampler; ``curvature(operator)``
         is the spectral radius of an operator, ``hessian`` that of −log π̃ at the start point."""
         return sgld_step_size(curvature(hessian), batch_ratio)
 
@@ -370,7 +370,7 @@ class SGHMCBackend(SGMCMCBackend):
 
 
 class CyclicalSGMCMCBackend(SGMCMCBackend):
-    """Cyclical SG-MCMC (Zhang et al. 2020, Alg. 1); see :func:`inference.mcmc.sgmcmc.cyclical`."""
+    """Cyclical SG-MCMC (Zhang et al. 2020, Alg. 1); see :func:`inference.sgmcmc.updates.cyclical`."""
 
     name = "csgmcmc"
     Config = CyclicalConfig

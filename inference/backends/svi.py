@@ -1,20 +1,20 @@
-"""Stochastic variational inference with a guide from :data:`inference.guides.GUIDES`
-(default: Pyro's mean-field ``AutoNormal``, as :class:`inference.guides.NormalGuide`).
+"""Stochastic variational inference with a guide from :data:`inference.variational.guides.GUIDES`
+(default: Pyro's mean-field ``AutoNormal``, as :class:`inference.variational.guides.NormalGuide`).
 
-The fit is the one training loop, :func:`inference.training.fit_guide` (minibatches, KL
+The fit is the one training loop, :func:`inference.optim.training.fit_guide` (minibatches, KL
 annealing, deterministic pretraining, particle averaging, non-finite checks); deterministic
 parameters are trained jointly unless the model froze them.  Each step's ELBO is estimated on
 one of two paths, recorded in ``posterior.info["elbo_path"]``:
 
 * ``"fused"`` — the default guide on a model whose random weights all have Normal priors:
-  :meth:`inference.guides.NormalGuide.elbo_terms` draws every site's noise directly, forms the
+  :meth:`inference.variational.guides.NormalGuide.elbo_terms` draws every site's noise directly, forms the
   weights and the closed-form KL in one autograd function and runs the network once, with no
   Pyro trace (same guide, parameters, estimator and, for a seed, random numbers as Pyro's path);
   Adam is PyTorch's single-kernel (fused) one;
 * ``"pyro-trace"`` — every other case (another guide, a Laplace or Student-t weight prior, a model
-  that overrides the Pyro program, no latent sites; :func:`inference.guides.fused_elbo_blocker`
+  that overrides the Pyro program, no latent sites; :func:`inference.variational.guides.fused_elbo_blocker`
   names the reason, kept in ``info["elbo_path_reason"]``), or when asked for with
-  ``elbo_path="pyro-trace"``: :func:`inference.training.trace_particle`.
+  ``elbo_path="pyro-trace"``: :func:`inference.optim.training.trace_particle`.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from typing import Callable, Literal, Optional
 
 import pyro
 
-from ..guides import GUIDES, fused_elbo_blocker
-from ..posterior import VariationalPosterior
-from ..training import LoopOptions, fit_guide, trace_particle
-from .base import Backend
+from inference.variational.guides import GUIDES, fused_elbo_blocker
+from inference.posterior import VariationalPosterior
+from inference.optim.training import LoopOptions, fit_guide, trace_particle
+from inference.backends.base import Backend
 
 __all__ = ["SVIConfig", "SVIBackend", "ELBO_PATHS", "resolve_elbo_path", "choose_elbo_path", "svi_particle"]
 
@@ -36,10 +36,10 @@ ELBO_PATHS = ("auto", "fused", "pyro-trace")
 
 @dataclass
 class SVIConfig(LoopOptions):
-    """Options of the SVI backend: :class:`~inference.training.LoopOptions` plus the guide.
+    """Options of the SVI backend: :class:`~inference.optim.training.LoopOptions` plus the guide.
 
     Attributes:
-        guide: a name in :data:`inference.guides.GUIDES`.
+        guide: a name in :data:`inference.variational.guides.GUIDES`.
         guide_options: extra keyword arguments for the guide builder.
         elbo_path: ``"auto"`` (fused where possible), ``"fused"`` (an error where it is not
             possible) or ``"pyro-trace"`` (always through Pyro traces).
@@ -74,7 +74,7 @@ def resolve_elbo_path(requested: str, blocker: Optional[str]) -> tuple[str, Opti
 
 
 def choose_elbo_path(bnn, config: SVIConfig) -> tuple[str, Optional[str]]:
-    """:func:`resolve_elbo_path` for the ``svi`` backend (blocker: :func:`inference.guides.fused_elbo_blocker`)."""
+    """:func:`resolve_elbo_path` for the ``svi`` backend (blocker: :func:`inference.variational.guides.fused_elbo_blocker`)."""
     return resolve_elbo_path(config.elbo_path, fused_elbo_blocker(bnn, config.guide))
 
 

@@ -10,7 +10,7 @@ Each member (``swag``: one; ``multiswag``: ``num_members`` M, default 5):
    initialisation under seed ``seed + m`` with the deterministic parameters held at member
    0's values.
 2. SWAG phase: ``epochs`` of minibatch SGD (momentum ``momentum``) on −log π(z)/N over the
-   random sites in unconstrained coordinates (:class:`inference.potential.Potential`, the
+   random sites in unconstrained coordinates (:class:`inference.optim.potential.Potential`, the
    likelihood scaled by N/n), deterministic parameters held.  The learning rate is constant
    (``lr``) or cyclical (linear from ``lr`` down to ``lr_min`` over each collection period,
    Maddox et al. 2019, §3); a snapshot θ_i is taken every ``collect_every`` steps (default
@@ -51,10 +51,10 @@ from torch.func import functional_call, vmap
 
 from zoo.bnn import BayesianNetwork
 
-from ..posterior import SamplePosterior
-from ..potential import Potential, frozen_deterministic
-from .base import Backend, NonFiniteLossError, minibatches
-from .ensemble import EnsembleBackend, EnsembleConfig, check_member_options, member_initial_values
+from inference.posterior import SamplePosterior
+from inference.optim.potential import Potential, frozen_deterministic
+from inference.backends.base import Backend, NonFiniteLossError, minibatches
+from inference.backends.ensemble import EnsembleBackend, EnsembleConfig, check_member_options, member_initial_values
 
 __all__ = ["SWAGConfig", "MultiSWAGConfig", "SWAGBackend", "MultiSWAGBackend", "SWAGMoments", "SWAGPosterior",
            "BatchNormDraws", "swag_samples", "batch_statistics", "batchnorm_statistics", "BATCHNORM_PREFIX"]

@@ -2,7 +2,7 @@
 and ``radial``.
 
 All follow the one backend contract and train with the one training loop,
-:func:`inference.training.fit_guide` (minibatches, Adam with the learning-rate schedule, KL
+:func:`inference.optim.training.fit_guide` (minibatches, Adam with the learning-rate schedule, KL
 annealing, deterministic pretraining — the guide's means start at the pretrained weights —,
 particle averaging, non-finite checks).  The objective per minibatch is
 −(N/n) Σ_batch E_q[log p(y|x,w)] + β KL(q ‖ p).
@@ -22,7 +22,7 @@ particle averaging, non-finite checks).  The objective per minibatch is
   (memory independent of M; Nazarovs et al. 2021) or ``"naive"`` estimator.
   Option ``elbo_path`` as for ``svi``: ``"fused"`` (:meth:`AutoRadial.elbo_terms`, no Pyro traces,
   the same random numbers and estimator) wherever the model's Pyro program is the stock one,
-  else ``"pyro-trace"`` (:func:`inference.elbo.elbo_terms`); ``info["elbo_path"]`` records it.
+  else ``"pyro-trace"`` (:func:`inference.variational.elbo.elbo_terms`); ``info["elbo_path"]`` records it.
 
 Per-layer sparsity (the family's pruning rule, see :mod:`inference.variational.pruning`) is
 computed after every epoch, shown in the progress bar and stored in
@@ -38,15 +38,15 @@ from typing import ClassVar, Optional
 
 import pyro
 
-from ..guides import stock_model_blocker
-from ..posterior import VariationalPosterior
-from ..training import LoopOptions, fit_guide, trace_particle
-from ..variational.families import get_family
-from ..variational.meanfield import ESTIMATORS
-from ..variational.protocol import SNR_RULE
-from ..variational.radial_kl import resolve_mc_kl
-from .base import Backend
-from .svi import ELBO_PATHS, resolve_elbo_path
+from inference.variational.guides import stock_model_blocker
+from inference.posterior import VariationalPosterior
+from inference.optim.training import LoopOptions, fit_guide, trace_particle
+from inference.variational.families import get_family
+from inference.variational.meanfield import ESTIMATORS
+from inference.variational.protocol import SNR_RULE
+from inference.variational.radial_kl import resolve_mc_kl
+from inference.backends.base import Backend
+from inference.backends.svi import ELBO_PATHS, resolve_elbo_path
 
 __all__ = [
     "MeanFieldConfig",
@@ -65,7 +65,7 @@ __all__ = [
 
 @dataclass
 class MeanFieldConfig(LoopOptions):
-    """Options shared by the mean-field family backends: :class:`~inference.training.LoopOptions` plus
+    """Options shared by the mean-field family backends: :class:`~inference.optim.training.LoopOptions` plus
 
     Attributes:
         estimator: ``"weights"`` (one draw of all weights per step) or ``"lrt"`` (local
@@ -139,7 +139,7 @@ class KingmaVDConfig(MeanFieldConfig):
 
 @dataclass
 class RadialConfig(LoopOptions):
-    """Options of the ``radial`` backend: :class:`~inference.training.LoopOptions` plus
+    """Options of the ``radial`` backend: :class:`~inference.optim.training.LoopOptions` plus
 
     Attributes:
         mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1); giving it
@@ -171,7 +171,7 @@ def _fused_radial_particle(bnn, guide, xb, yb, num_data):
 
 
 class _VariationalBackend(Backend):
-    """Shared run(): the family's guide and particle through :func:`~inference.training.fit_guide`,
+    """Shared run(): the family's guide and particle through :func:`~inference.optim.training.fit_guide`,
     with sparsity tracking by the family's pruning rule.  Subclasses set ``guide_name`` and define
     ``_guide_kwargs(config)``, ``_particle(bnn, config)`` and ``_extra_info(bnn, guide, config)``."""
 

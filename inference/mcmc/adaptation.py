@@ -20,8 +20,8 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from .integrators import IntegratorState, energy, energy_error, leapfrog
-from .metrics import Metric, euclidean_metric, identity_metric, sample_momentum
+from inference.mcmc.integrators import IntegratorState, energy, energy_error, leapfrog
+from inference.mcmc.mass_matrix import Metric, euclidean_metric, identity_metric, sample_momentum
 
 __all__ = [
     "Adaptation", "DualAveragingState", "dual_averaging", "WelfordState", "welford_covariance",

@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 from tqdm.auto import tqdm
 
-from .adaptation import Adaptation
+from inference.mcmc.adaptation import Adaptation
 
 __all__ = ["ChainRun", "run_chains", "thinned"]
 

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .metrics import kinetic_energy, velocity
+from inference.mcmc.mass_matrix import kinetic_energy, velocity
 
 __all__ = ["IntegratorState", "leapfrog", "energy", "energy_error"]
 

@@ -11,7 +11,7 @@ generator) -> (state, info)``, with ``info`` a dict of ``[C]`` tensors: ``accept
 ``diverging``, ``energy``, ``n_steps`` (and ``tree_depth`` for NUTS).  The leapfrog step
 (HMC) and the whole subtree (NUTS, :func:`~inference.mcmc.nuts.build_subtree`) are
 ``torch.compile``-d with the potential's gradient when ``compile`` is set
-(:func:`inference.potential.compiled`); the backends build both and switch from the eager to the
+(:func:`inference.optim.potential.compiled`); the backends build both and switch from the eager to the
 compiled transition only where compiling pays (:class:`inference.mcmc.compilation.LazyCompile`).
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from ..potential import Potential, compiled
-from .integrators import IntegratorState, energy, energy_error, leapfrog
-from .metrics import Metric, random_like, sample_momentum, velocity
-from .nuts import Checkpoints, Edge, Proposal, build_subtree, is_turning, new_subtree
+from inference.optim.potential import Potential, compiled
+from inference.mcmc.integrators import IntegratorState, energy, energy_error, leapfrog
+from inference.mcmc.mass_matrix import Metric, random_like, sample_momentum, velocity
+from inference.mcmc.nuts import Checkpoints, Edge, Proposal, build_subtree, is_turning, new_subtree
 
 __all__ = ["HMCState", "build_hmc", "build_nuts", "hmc_transition", "nuts_transition"]
 

@@ -21,8 +21,8 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .integrators import IntegratorState, energy_error, leapfrog
-from .metrics import velocity
+from inference.mcmc.integrators import IntegratorState, energy_error, leapfrog
+from inference.mcmc.mass_matrix import velocity
 
 __all__ = ["Proposal", "Edge", "Checkpoints", "TreeState", "is_turning", "subtree_step", "block_masks", "build_subtree", "new_subtree"]
 

@@ -26,11 +26,13 @@ import torch
 
 from zoo.bnn import BayesianNetwork
 
-from ..backends import get_backend, preserved_session
-from ..backends.base import check_training_data, parse_config
-from .blockers import STACKABLE, batch_blocker
-from .map import fit_ensemble_stacked, fit_map_stacked
-from .svi import fit_svi_stacked
+from inference.backends import get_backend
+
+from inference.fitting import preserved_session
+from inference.backends.base import check_training_data, parse_config
+from inference.multifit.blockers import STACKABLE, batch_blocker
+from inference.multifit.map import fit_ensemble_stacked, fit_map_stacked
+from inference.multifit.svi import fit_svi_stacked
 
 __all__ = ["STACKED_BACKENDS", "fit_many", "batch_blocker", "batch_signature"]
 
@@ -75,7 +77,7 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
         **options: the backend's options, shared by every fit (see its ``Config``).
     Returns:
         K results in order: the :class:`~inference.posterior.Posterior` of fit k, or, for a fit stopped by a
-        NaN/inf loss or gradient, the :class:`~inference.training.NonFiniteLossError` (its ``.posterior`` the
+        NaN/inf loss or gradient, the :class:`~inference.optim.training.NonFiniteLossError` (its ``.posterior`` the
         last finite point); the other fits are not affected.  ``posterior.info["multifit"]`` holds the
         batch size and the fit's index; ``info["fit_seconds"]`` the fit's share of the batch's time.
     Raises:

@@ -17,12 +17,12 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from ..backends.map import MAPFit, run_info, stack_members
-from ..members import member_initial_values
-from ..posterior import SamplePosterior
-from ..potential import Potential
-from ..training import HISTORY_KEYS, NonFiniteLossError
-from .stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
+from inference.backends.map import MAPFit, run_info, stack_members
+from inference.evaluation.member_metrics import member_initial_values
+from inference.posterior import SamplePosterior
+from inference.optim.potential import Potential
+from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
+from inference.multifit.stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
 
 __all__ = ["fit_map_stacked", "fit_map_members", "fit_ensemble_stacked"]
 
@@ -73,7 +73,7 @@ def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, s
 
 def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
     """K MAP fits; returns per fit a :class:`~inference.posterior.SamplePosterior` or, for a fit stopped
-    by a NaN/inf, a :class:`~inference.training.NonFiniteLossError` carrying its last finite posterior.
+    by a NaN/inf, a :class:`~inference.optim.training.NonFiniteLossError` carrying its last finite posterior.
 
     Args:
         bnns: K models of one architecture, priors and likelihood (:func:`inference.multifit.batch_signature`).
@@ -116,9 +116,9 @@ def fit_ensemble_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config,
     """K ``ensemble`` fits of M = ``config.num_members`` members each, all K·M MAP fits as one stacked program.
 
     Run k's member m starts where :class:`~inference.backends.ensemble.EnsembleBackend` starts it (member 0 at
-    the network's weights, member m ≥ 1 at :func:`~inference.members.member_initial_values` under
+    the network's weights, member m ≥ 1 at :func:`~inference.evaluation.member_metrics.member_initial_values` under
     seed k + m) and shuffles with seed k + m.  Returns per run a :class:`~inference.posterior.SamplePosterior`
-    of M chains, or a :class:`~inference.training.NonFiniteLossError` carrying it when a member stopped.
+    of M chains, or a :class:`~inference.optim.training.NonFiniteLossError` carrying it when a member stopped.
     """
     started, members = time.perf_counter(), int(config.num_members)
     starts, member_seeds = [], []

@@ -14,9 +14,9 @@ Why each fit gets the update it would get alone:
   same data size N, hence the same number of steps), so row k's update is fit k's update;
 * gradient-norm clipping (``clipped-adam``) and the NaN/inf checks are per fit: a fit whose loss
   or gradient becomes non-finite is stopped at that step (its last finite parameters are kept,
-  as :class:`~inference.training.NonFiniteLossError` promises) while the others go on;
+  as :class:`~inference.optim.training.NonFiniteLossError` promises) while the others go on;
 * each fit's minibatch order comes from its own generator seeded with its seed, drawn exactly as
-  :func:`inference.batches.minibatches` draws it, so the batches are the one-at-a-time fit's.
+  :func:`inference.optim.batches.minibatches` draws it, so the batches are the one-at-a-time fit's.
 
 What differs from K one-at-a-time fits is float rounding only (a batched matrix product sums in
 another order than K single ones), which the tests bound.
@@ -30,7 +30,7 @@ import torch
 from torch.func import vmap
 from tqdm.auto import tqdm
 
-from ..training import HISTORY_KEYS, kl_weight, lr_scheduler
+from inference.optim.training import HISTORY_KEYS, kl_weight, lr_scheduler
 
 __all__ = ["StackedBatches", "stacked_forward", "stacked_log_likelihood", "run_stacked_loop", "per_fit_norms"]
 
@@ -39,7 +39,7 @@ class StackedBatches:
     """Minibatches of K fits' data ``x [K, N, ...]``, ``y [K, N, ...]``, each fit its own order.
 
     Fit k's epoch order is ``torch.randperm(N, generator=generators[k])``, the order that
-    :func:`inference.batches.minibatches` draws for a one-at-a-time fit with the same generator
+    :func:`inference.optim.batches.minibatches` draws for a one-at-a-time fit with the same generator
     (full batch, ``batch_size=None`` or ≥ N: no draw, rows in order).
     """
 
@@ -103,16 +103,16 @@ def per_fit_norms(params: list) -> torch.Tensor:
 def run_stacked_loop(step_terms: Callable, params: list, data: StackedBatches, config, histories: list,
                      desc: str, progress: bool, on_stop: Callable) -> list:
     """Train the stacked ``params`` by Adam over the fits' minibatches; the loop of
-    :func:`inference.training.run_training_loop` for K fits at once.
+    :func:`inference.optim.training.run_training_loop` for K fits at once.
 
     Args:
         step_terms: ``step_terms(x_batch, y_batch) -> (expected_log_likelihood [K], kl [K])``, one draw per
             fit on its own minibatch (the likelihood scaled by N/n), with gradients.
         params: stacked leaf tensors ``[K, ...]`` to optimise.
         data: the fits' :class:`StackedBatches`.
-        config: :class:`~inference.training.LoopOptions` (one particle per step: ``num_particles`` > 1
+        config: :class:`~inference.optim.training.LoopOptions` (one particle per step: ``num_particles`` > 1
             is averaged as in the one-at-a-time loop).
-        histories: K dicts of lists (:data:`inference.training.HISTORY_KEYS`), filled per epoch.
+        histories: K dicts of lists (:data:`inference.optim.training.HISTORY_KEYS`), filled per epoch.
         desc, progress: tqdm label and switch.
         on_stop: ``on_stop(k, step, what)`` when fit k's loss or gradient becomes non-finite, before any
             update with it: the caller keeps fit k's current (last finite) parameters.

@@ -1,15 +1,15 @@
 """K mean-field SVI fits (the ``svi`` backend on its fused ELBO path) as one stacked program.
 
-Each fit follows :func:`inference.training.fit_guide` with the default guide (Pyro's ``AutoNormal``,
-:class:`inference.guides.NormalGuide`) on a model whose weight priors are all Normal:
+Each fit follows :func:`inference.optim.training.fit_guide` with the default guide (Pyro's ``AutoNormal``,
+:class:`inference.variational.guides.NormalGuide`) on a model whose weight priors are all Normal:
 
-1. deterministic pretraining (``pretrain_epochs``; :func:`inference.training.pretrain`): the fits'
+1. deterministic pretraining (``pretrain_epochs``; :func:`inference.optim.training.pretrain`): the fits'
    weights stacked, one Adam, each fit's mean loss on its own minibatches, then per fit the
-   likelihood's latents at their MAP (:func:`inference.latent_fit.fit_latents`) on its last
+   likelihood's latents at their MAP (:func:`inference.optim.latent_fit.fit_latents`) on its last
    epoch's batches and ``update_reference`` of its model;
 2. fit k's guide built as one fit builds it (under ``torch.manual_seed(seed_k)``), so its
    starting parameters are the one-at-a-time fit's;
-3. the KL-weighted ELBO of every fit per step (:func:`inference.elbo.mean_field_normal_elbo_terms`
+3. the KL-weighted ELBO of every fit per step (:func:`inference.variational.elbo.mean_field_normal_elbo_terms`
    stacked): w = μ + softplus(ρ) ε, the closed-form Normal KL (Blundell et al. 2015), the latents'
    one-sample log q − log p, the network once for all fits.
 
@@ -32,12 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import biject_to
 
-from ..guides import build_guide
-from ..latent_fit import fit_latents
-from ..posterior import VariationalPosterior
-from ..training import HISTORY_KEYS, NonFiniteLossError
-from ..variational.latents import normal_prior_params
-from .stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
+from inference.variational.guides import build_guide
+from inference.optim.latent_fit import fit_latents
+from inference.posterior import VariationalPosterior
+from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
+from inference.variational.latents import normal_prior_params
+from inference.multifit.stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
 
 __all__ = ["fit_svi_stacked", "pretrain_stacked"]
 
@@ -45,7 +45,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -> list:
-    """:func:`inference.training.pretrain` of K fits at once; returns per fit ``{site: value}`` (weights and
+    """:func:`inference.optim.training.pretrain` of K fits at once; returns per fit ``{site: value}`` (weights and
     latents).  Each fit's loss is its mean −log-likelihood per minibatch, with the latents at their prior means."""
     template, count = bnns[0], len(bnns)
     forward = stacked_forward(template)
@@ -96,7 +96,7 @@ def _normal_kl(loc, sigma, m, s) -> torch.Tensor:
 
 def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
     """K ``svi`` fits on the fused path; per fit a :class:`~inference.posterior.VariationalPosterior`, or a
-    :class:`~inference.training.NonFiniteLossError` carrying its last finite posterior.
+    :class:`~inference.optim.training.NonFiniteLossError` carrying its last finite posterior.
 
     Args as :func:`inference.multifit.map.fit_map_stacked`; ``config`` is an
     :class:`~inference.backends.svi.SVIConfig` with the ``normal`` guide.

@@ -9,11 +9,11 @@
 * :mod:`.radial` — the Radial AutoGuide with the naive and the M-independent MC cross-entropy;
 * :mod:`.pruning` — sparsity, principled vs random pruning, repeated MC evaluation.
 """
-from .families import FAMILIES, get_family
-from .meanfield import ESTIMATORS, MeanFieldGuide
-from .protocol import PrunableGuide, PruningRule, VariationalGuide
-from .pruning import PRUNE_MODES, evaluate_repeated, prune, sparsity
-from .radial import AutoRadial, RadialNormal
+from inference.variational.families import FAMILIES, get_family
+from inference.variational.meanfield import ESTIMATORS, MeanFieldGuide
+from inference.variational.protocol import PrunableGuide, PruningRule, VariationalGuide
+from inference.variational.pruning import PRUNE_MODES, evaluate_repeated, prune, sparsity
+from inference.variational.radial import AutoRadial, RadialNormal
 
 __all__ = [
     "FAMILIES",

@@ -50,7 +50,7 @@ from typing import Optional, Union
 
 import torch
 
-from .protocol import SNR_RULE, PruningRule
+from inference.variational.protocol import SNR_RULE, PruningRule
 
 __all__ = [
     "K1",

@@ -3,7 +3,7 @@ constrained likelihood latents (e.g. the Gaussian noise precision).
 
 A constrained latent z (support ≠ ℝ) gets a Normal factor on u = T⁻¹(z), ``T = biject_to(support)``,
 exactly like Pyro's ``AutoNormal``: the guide samples the auxiliary site ``name + "_unconstrained"``
-and emits ``name`` as a ``Delta`` carrying ``−log|dT/du|``, so :mod:`inference.elbo` estimates
+and emits ``name`` as a ``Delta`` carrying ``−log|dT/du|``, so :mod:`inference.variational.elbo` estimates
 its KL by Monte Carlo.  The fused training path uses :meth:`LatentFactors.rsample_with_kl`
 for the same one-sample estimate log q(z) − log p(z) without Pyro.
 """
@@ -87,7 +87,7 @@ class LatentFactors(nn.Module):
         init_scale: initial sd of every unconstrained factor.
         init_values: ``{site: value}`` (constrained space) where a factor's mean starts, e.g. the
             latents' MAP that deterministic pretraining ends with
-            (:func:`inference.training.pretrain`); a site it lacks starts at its prior mean.
+            (:func:`inference.optim.training.pretrain`); a site it lacks starts at its prior mean.
     """
 
     def __init__(self, priors: Mapping[str, torch.distributions.Distribution], init_scale: float,

@@ -9,7 +9,7 @@ flat vectors over all random weights — ``loc`` (μ or θ, ``[P]``) and ``scale
 It implements :class:`~inference.variational.protocol.PrunableGuide` (per-site mean and sd, the
 family's pruning rule, log α, in-place pruning) and is used two ways:
 
-* as a Pyro guide (``guide()`` / :func:`inference.elbo.elbo_terms`): every weight site is
+* as a Pyro guide (``guide()`` / :func:`inference.variational.elbo.elbo_terms`): every weight site is
   sampled as ``Normal(μ, σ).to_event(...)`` and its KL comes from the family through the
   ``site_kl(name, prior)`` hook; :class:`~inference.posterior.VariationalPosterior` draws
   predictions this way;
@@ -38,11 +38,11 @@ import pyro.distributions as dist
 import torch
 from torch import nn
 
-from .families import Family, get_family
-from .latents import LatentFactors, normal_prior_params
-from .lrt import lrt_forward, lrt_modules, substituted_forwards
-from .protocol import PruningRule
-from .workspace import Workspace
+from inference.variational.families import Family, get_family
+from inference.variational.latents import LatentFactors, normal_prior_params
+from inference.variational.lrt import lrt_forward, lrt_modules, substituted_forwards
+from inference.variational.protocol import PruningRule
+from inference.variational.workspace import Workspace
 
 __all__ = ["MeanFieldGuide", "ESTIMATORS", "build_mean_field_guide"]
 
@@ -366,5 +366,5 @@ def _lrt_call(module, w_mean, w_var, b_mean, b_var, x):
 
 
 def build_mean_field_guide(bnn, init_values, **kwargs) -> MeanFieldGuide:
-    """Guide builder for :data:`inference.guides.GUIDES` (keyword arguments of :class:`MeanFieldGuide`)."""
+    """Guide builder for :data:`inference.variational.guides.GUIDES` (keyword arguments of :class:`MeanFieldGuide`)."""
     return MeanFieldGuide(bnn, init_values, **kwargs)

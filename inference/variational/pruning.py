@@ -24,8 +24,8 @@ from typing import Optional
 
 import torch
 
-from ..metrics import accuracy, rmse
-from .protocol import PrunableGuide, rule_mask
+from inference.evaluation.metrics import accuracy, rmse
+from inference.variational.protocol import PrunableGuide, rule_mask
 
 __all__ = ["PRUNE_MODES", "sparsity", "prune", "evaluate_repeated", "guide_sparsity"]
 

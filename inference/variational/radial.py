@@ -17,7 +17,7 @@ or the naive one — see :mod:`inference.variational.radial_kl`.
 
 :class:`AutoRadial` is an ``AutoGuide`` for any Pyro model: Radial factors on real-valued sites,
 the ``AutoNormal`` construction on constrained ones (e.g. a noise precision).  Its
-``site_kl(name, prior)`` hook returns −H(q) + cross-entropy, which :mod:`inference.elbo` uses
+``site_kl(name, prior)`` hook returns −H(q) + cross-entropy, which :mod:`inference.variational.elbo` uses
 in place of a one-sample estimate.  It implements :class:`~inference.variational.protocol.PrunableGuide`
 with the marginal sd σ/√D per weight (E ξ_i² = 1/D) and the signal-to-noise rule of Graves (2011),
 and runs in Pyro's module-local parameter mode (:class:`~inference.variational.protocol.ModuleLocalParams`).
@@ -37,9 +37,9 @@ from pyro.infer.autoguide.utils import deep_setattr
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import biject_to
 
-from .latents import is_real_support, normal_prior_params, sample_unconstrained, unconstrained_draw
-from .protocol import SNR_RULE, ModuleLocalParams, PruningRule
-from .radial_kl import (
+from inference.variational.latents import is_real_support, normal_prior_params, sample_unconstrained, unconstrained_draw
+from inference.variational.protocol import SNR_RULE, ModuleLocalParams, PruningRule
+from inference.variational.radial_kl import (
     DEFAULT_CHUNK_ELEMENTS,
     MC_KL_ESTIMATORS,
     _normal_cross_entropy,
@@ -301,7 +301,7 @@ class AutoRadial(ModuleLocalParams, AutoGuide):
     def elbo_terms(self, bnn, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One-draw ``(E_q[(N/n) Σ log p(y|x,w)], KL(q‖p))`` on a minibatch without Pyro traces.
 
-        The estimator of :func:`inference.elbo.elbo_terms` on this guide and ``bnn.model`` (valid for a
+        The estimator of :func:`inference.variational.elbo.elbo_terms` on this guide and ``bnn.model`` (valid for a
         model whose Pyro program is the stock :meth:`~zoo.bnn.BayesianNetwork.model`), with the same
         random numbers in the same order for a seed: the guide's draws (each Radial site's ε and r,
         then the constrained sites' Normal noise), the data plate's permutation when ``n < N``
@@ -351,7 +351,7 @@ def _raw_param(container: PyroModule, name: str) -> torch.nn.Parameter:
 
 def build_radial_guide(bnn, init_values, init_scale: float = 1e-3, mc_kl_samples: Optional[int] = None,
                        mc_kl_estimator: Optional[str] = None, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> AutoRadial:
-    """Guide builder for :data:`inference.guides.GUIDES`: an :class:`AutoRadial` of ``bnn.model``."""
+    """Guide builder for :data:`inference.variational.guides.GUIDES`: an :class:`AutoRadial` of ``bnn.model``."""
     from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 
     return AutoRadial(

@@ -30,7 +30,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from .latents import normal_prior_params
+from inference.variational.latents import normal_prior_params
 
 __all__ = [
     "MC_KL_ESTIMATORS",

@@ -1,7 +1,7 @@
 """Report section on the members of a multi-member posterior (ensemble, MultiSWAG, multi-chain MCMC).
 
 A posterior of C > 1 chains ("members") predicts by the equally weighted mixture of all
-its draws — one Bayesian model average.  The section shows what :mod:`inference.members`
+its draws — one Bayesian model average.  The section shows what :mod:`inference.evaluation.member_metrics`
 stored in ``metrics.json`` at fit time: each member's test metrics on its own, their mean,
 the mixture's, and the members' disagreement (for regression the spread of the members'
 predictive means relative to the mixture's predictive sd, in [0, 1]; for classification the

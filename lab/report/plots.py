@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from inference.arviz_export import quiet_arviz
+from inference.evaluation.arviz_export import quiet_arviz
 
 __all__ = [
     "quiet_arviz",

@@ -21,7 +21,7 @@ import arviz as az
 import numpy as np
 import torch
 
-from inference.metrics import calibration_bins, coverage_from_pit, ece_from_probs
+from inference.evaluation.metrics import calibration_bins, coverage_from_pit, ece_from_probs
 from . import plots
 from .html import fmt, heading, image, join, note, paragraph, table
 from .rundata import NotApplicable, Run

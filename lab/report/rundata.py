@@ -27,8 +27,8 @@ import torch
 from zoo.checks import check_dataset
 from zoo.data import DataError, Dataset
 
-from inference.arviz_export import load_netcdf
-from inference.net_spec import describe_spec, net_spec
+from inference.evaluation.arviz_export import load_netcdf
+from inference.storage.net_spec import describe_spec, net_spec
 from inference.posterior import Posterior, load_posterior, to_jsonable
 from lab.runs import RunResult, evaluate_posterior
 from lab.store import StoreError, verify_run

@@ -12,7 +12,7 @@ from __future__ import annotations
 import arviz as az
 import numpy as np
 
-from inference.diagnostics import tree_depth_saturation
+from inference.evaluation.diagnostics import tree_depth_saturation
 from . import plots
 from .html import fmt, frame_table, heading, image, join, note, paragraph, table
 from .rundata import NotApplicable, Run

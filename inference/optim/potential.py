@@ -43,8 +43,8 @@ from torch.distributions import biject_to
 from torch.func import grad_and_value
 from tqdm.auto import tqdm
 
-from .batches import LoaderBatches
-from .lean_adam import LeanAdam
+from inference.optim.batches import LoaderBatches
+from inference.optim.lean_adam import LeanAdam
 
 __all__ = ["Potential", "initial_point", "PlateauStop", "endless_batches", "epoch_log_density", "frozen_deterministic", "compiled",
            "INIT_STRATEGIES"]
@@ -73,7 +73,7 @@ class Potential:
     Args:
         bnn: the model; must have at least one random site.
         x, y: training data ``[N, ...]`` and targets (standardised units for regression); or
-            ``x`` a :class:`~inference.batches.LoaderBatches` and ``y`` ``None``: then N is the
+            ``x`` a :class:`~inference.optim.batches.LoaderBatches` and ``y`` ``None``: then N is the
             loader's ``num_data`` and only the batch entry points (:meth:`batch_log_density`,
             :meth:`batch_value_and_grad`) evaluate the likelihood.
     """
@@ -323,7 +323,7 @@ def initial_point(
     """Starting point ``z`` ``[D]`` and a record of how it was found.
 
     ``"current"``: the network's current weights and the latents' prior medians.
-    ``"map"``: from there, Adam (:class:`~inference.lean_adam.LeanAdam`, the training loop's
+    ``"map"``: from there, Adam (:class:`~inference.optim.lean_adam.LeanAdam`, the training loop's
     optimiser) on −log π(z)/N (the MAP in unconstrained coordinates); deterministic parameters
     the model trains are optimised jointly and then kept at their fitted values (written into the
     network).  With ``tol`` = 0, exactly ``map_steps`` steps at a cosine-decayed rate (``map_lr``

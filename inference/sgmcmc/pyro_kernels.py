@@ -2,7 +2,7 @@
 
 ``pyro.infer.MCMC(SGLD(model), num_samples=2000, warmup_steps=500).run(x, y)``
 samples the model's continuous latent sites with the update rules of
-:mod:`inference.mcmc.sgmcmc` (one chain, ``C = 1``):
+:mod:`inference.sgmcmc.updates` (one chain, ``C = 1``):
 
 * :class:`SGLD` — Welling & Teh 2011, eq. 4: z ← z + (ε_t/2) g + √ε_t ξ.
 * :class:`PSGLD` — Li et al. 2016, Alg. 1 (RMSprop preconditioner, Γ(θ) omitted).
@@ -14,7 +14,7 @@ starting point with a Pyro init strategy, ``sample(params)`` returns the next di
 (``biject_to(support).inv``), which :class:`pyro.infer.MCMC` inverts on its draws.
 
 **The default step size** (``step_size=None``) is chosen in ``setup`` at the start point by the
-rules of :mod:`inference.mcmc.sgmcmc_steps` (as the ``fit`` backends): the spectral radius λ of
+rules of :mod:`inference.sgmcmc.step_sizes` (as the ``fit`` backends): the spectral radius λ of
 the Hessian of −log π̃ by power iteration on Hessian-vector products, with the likelihood on up
 to 16 minibatches drawn once and replayed (all data when no plate subsamples), and the
 minibatch ratio r = N/n read from the observed sites' scale.  Each chain chooses its own.
@@ -53,8 +53,8 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from pyro.poutine.subsample_messenger import _Subsample
 from torch.distributions import biject_to
 
-from .mcmc.sgmcmc import Kernel, StepSize, as_schedule, psgld, sghmc, sgld
-from .mcmc.sgmcmc_steps import (
+from inference.sgmcmc.updates import Kernel, StepSize, as_schedule, psgld, sghmc, sgld
+from inference.sgmcmc.step_sizes import (
     CURVATURE_ROWS, PSGLD_WARM_START, hessian_operator, preconditioned, rms_preconditioner, sghmc_step_size,
     sgld_step_size, spectral_radius,
 )  # fmt: skip
@@ -128,11 +128,11 @@ class _StochasticGradientKernel(MCMCKernel):
 
     @abstractmethod
     def _build(self, value_and_grad) -> Kernel:
-        """The :mod:`inference.mcmc.sgmcmc` kernel over ``value_and_grad`` (one chain)."""
+        """The :mod:`inference.sgmcmc.updates` kernel over ``value_and_grad`` (one chain)."""
 
     @abstractmethod
     def _default_step_size(self, hessian, z: torch.Tensor) -> float:
-        """The step rule of :mod:`inference.mcmc.sgmcmc_steps` at ``z`` ``[1, D]``, ``hessian`` that of −log π̃."""
+        """The step rule of :mod:`inference.sgmcmc.step_sizes` at ``z`` ``[1, D]``, ``hessian`` that of −log π̃."""
 
     def _reset(self) -> None:
         self._state = None
@@ -315,7 +315,7 @@ class SGLD(_StochasticGradientKernel):
     """Stochastic-gradient Langevin dynamics (Welling & Teh 2011, eq. 4).
 
     z ← z + (ε_t/2) g + √ε_t ξ on the unconstrained space; ``step_size`` is ε (a float), a
-    schedule t -> ε_t (e.g. :func:`inference.mcmc.sgmcmc.polynomial_decay`, Welling & Teh's
+    schedule t -> ε_t (e.g. :func:`inference.sgmcmc.updates.polynomial_decay`, Welling & Teh's
     a(b + t)^−γ) or ``None`` (default: the curvature rule, module docstring; also for
     :class:`PSGLD` and :class:`SGHMC`).  ``init_strategy``: a name in :data:`INIT_STRATEGIES` or a Pyro init strategy.
     """

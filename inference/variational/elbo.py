@@ -15,7 +15,7 @@ Monte Carlo estimate log q(z) − log p(z) at the guide's draw.
 :func:`mean_field_normal_elbo_terms` is the same estimator for a mean-field Normal guide
 (``AutoNormal``) whose weight sites all have Normal priors, without traces: one noise tensor per
 site, the weights and their closed-form KL from one autograd function with a written-out
-backward pass, and the network run once (used by :class:`inference.guides.NormalGuide`).
+backward pass, and the network run once (used by :class:`inference.variational.guides.NormalGuide`).
 """
 from __future__ import annotations
 

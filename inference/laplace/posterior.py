@@ -18,7 +18,7 @@
 The two closed forms give every draw the same logits (``κ ⊙ μ``, resp. ``log α``), so a
 :class:`~inference.prediction.Prediction`'s mean probabilities and log densities are exactly the
 closed-form predictive.  Every predictive runs the network in eval mode and gives each module
-its mode back (:func:`~inference.curvature.evaluation_mode`): a network handed over in train
+its mode back (:func:`~inference.laplace.curvature.evaluation_mode`): a network handed over in train
 mode (e.g. a fresh module to ``load_posterior(..., net=...)``) predicts as the fitted one, and
 batch-normalisation statistics are never updated.
 """
@@ -31,8 +31,8 @@ from torch.func import jvp, vmap
 
 from zoo.bnn import BayesianNetwork
 
-from .curvature import KronBlock, WeightLayout, evaluation_mode, jacobian_chunks, kron_positions
-from .posterior import SamplePosterior
+from inference.laplace.curvature import KronBlock, WeightLayout, evaluation_mode, jacobian_chunks, kron_positions
+from inference.posterior import SamplePosterior
 
 __all__ = ["KronRoot", "LinearisedNetwork", "LaplacePosterior", "PREDICTIVES", "probit_logits", "bridge_log_alpha",
            "sample_offsets", "closed_form_nll"]
@@ -45,7 +45,7 @@ CLOSED_FORM = ("probit", "bridge")
 class KronRoot:
     """A square root ``S`` of the Kronecker-factored Laplace covariance Σ = S Sᵀ (Ritter et al. 2018).
 
-    Per layer, with ``M = [W | b]`` ``[out, k]``, GGN block ``B ⊗ A`` (:class:`~inference.curvature.KronBlock`)
+    Per layer, with ``M = [W | b]`` ``[out, k]``, GGN block ``B ⊗ A`` (:class:`~inference.laplace.curvature.KronBlock`)
     and prior precision ``δ·d_j`` on column ``j`` of ``M`` (equal across rows), the prior-whitened factors
     ``D^{-½} A D^{-½} = Q_A diag(α) Q_Aᵀ`` and ``B = Q_B diag(β) Q_Bᵀ`` give the posterior draw
 

@@ -2,7 +2,7 @@
 ``kingma-vd``, ``radial``).
 
 The minibatches come from in-memory tensors (reshuffled every epoch) or from a ``DataLoader``
-(its own batches and order; :mod:`inference.batches`).  Per minibatch of size n out of N the
+(its own batches and order; :mod:`inference.optim.batches`).  Per minibatch of size n out of N the
 loop minimises the KL-weighted negative ELBO
 
     L_t = −(N/n) Σ_batch E_q[log p(y|x,w)] + β_t KL(q ‖ p)
@@ -32,13 +32,13 @@ import pyro
 import torch
 from tqdm.auto import tqdm
 
-from .batches import as_batches, loader_info, minibatches
-from .elbo import elbo_terms
-from .guides import build_guide
-from .latent_fit import fit_latents, network_outputs
-from .lean_adam import LeanAdam, gradient_norm
-from .posterior import VariationalPosterior
-from .variational.pruning import guide_sparsity
+from inference.optim.batches import as_batches, loader_info, minibatches
+from inference.variational.elbo import elbo_terms
+from inference.variational.guides import build_guide
+from inference.optim.latent_fit import fit_latents, network_outputs
+from inference.optim.lean_adam import LeanAdam, gradient_norm
+from inference.posterior import VariationalPosterior
+from inference.variational.pruning import guide_sparsity
 
 __all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "LR_SCHEDULES", "OPTIMIZERS", "minibatches",
            "kl_weight", "lr_scheduler", "pretrain", "trace_particle", "average_particles", "optimiser_step",
@@ -172,10 +172,10 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     """Deterministic pretraining: maximise the likelihood with every random weight as a point estimate.
 
     ``x, y`` are training tensors (minibatches of ``batch_size``), or ``x`` is a batch source of
-    :mod:`inference.batches` (then ``y`` and ``batch_size`` are not used).  Fixed (masked-out)
+    :mod:`inference.optim.batches` (then ``y`` and ``batch_size`` are not used).  Fixed (masked-out)
     entries stay at their fixed values.  The likelihood's latents (noise precision, a Student-t's
     scale and ν) are held at their prior means while the weights train, then set to their MAP given
-    the pretrained network (:func:`inference.latent_fit.fit_latents`, on the last epoch's batches, so a
+    the pretrained network (:func:`inference.optim.latent_fit.fit_latents`, on the last epoch's batches, so a
     data loader is not iterated once more and keeps the tensor path's batch sequence): a robust likelihood's redescending loss is started from a near-least-squares
     fit, not fitted from scratch (the starting point of an MM-estimator, Yohai 1987).
     Returns the pretrained values of every latent site ``{site: tensor}``, weights and latents.
@@ -201,7 +201,7 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
 
 
 def trace_particle(bnn, guide, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One draw of ``(E_q[(N/n) Σ log p(y|x,w)], KL)`` through Pyro traces (:func:`inference.elbo.elbo_terms`)."""
+    """One draw of ``(E_q[(N/n) Σ log p(y|x,w)], KL)`` through Pyro traces (:func:`inference.variational.elbo.elbo_terms`)."""
     with pyro.validation_enabled(False):  # the data are checked once by fit(), not per distribution
         terms = elbo_terms(bnn.model, guide, x, y, num_data)
     return terms.expected_log_likelihood, terms.kl
@@ -230,9 +230,9 @@ def optimiser_step(particle: Callable, num_particles: int, beta: float, optimize
     """One step of :func:`run_training_loop`: the particle-averaged loss, its finiteness, backward, the
     gradient norm (clipped at ``clip`` when finite), the optimiser and the schedule.
 
-    With ``clip = inf`` the norm is only computed (:func:`inference.lean_adam.gradient_norm`, the value
+    With ``clip = inf`` the norm is only computed (:func:`inference.optim.lean_adam.gradient_norm`, the value
     ``clip_grad_norm_`` returns), not applied: no pass multiplying every gradient by 1.  ``optimizer``
-    is a ``torch.optim`` optimiser or a :class:`~inference.lean_adam.LeanAdam`.
+    is a ``torch.optim`` optimiser or a :class:`~inference.optim.lean_adam.LeanAdam`.
 
     Returns:
         ``(loss, expected_log_likelihood, kl)``, detached.
@@ -277,8 +277,8 @@ def run_training_loop(
         particle: ``particle(x_batch, y_batch) -> (expected_log_likelihood, kl)``, one draw on a
             minibatch (scalars with gradients; the likelihood already scaled by N/n).
         params: tensors to optimise.
-        data: the minibatches, a :class:`~inference.batches.TensorBatches` or
-            :class:`~inference.batches.LoaderBatches`.
+        data: the minibatches, a :class:`~inference.optim.batches.TensorBatches` or
+            :class:`~inference.optim.batches.LoaderBatches`.
         config, generator: loop options and the generator of the tensor minibatches' shuffles.
         history: dict of lists; per epoch it gains ``epoch``, ``loss``,
             ``expected_log_likelihood``, ``kl``, ``kl_weight`` and ``lr`` (epoch means).
@@ -288,7 +288,7 @@ def run_training_loop(
         on_epoch: ``on_epoch(epoch) -> dict`` after each epoch; its items join the progress
             bar's postfix (e.g. per-layer sparsity).
         fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).  Either Adam
-            is stepped by :class:`~inference.lean_adam.LeanAdam` (the same update, less overhead).
+            is stepped by :class:`~inference.optim.lean_adam.LeanAdam` (the same update, less overhead).
     """
     steps_per_epoch = data.steps_per_epoch
     total_steps = config.epochs * steps_per_epoch
@@ -341,12 +341,12 @@ def fit_guide(
     Args:
         backend: the backend's name (recorded in ``info``).
         bnn, x, y: the model and validated training data ``[N, ...]``, or ``x`` a
-            :class:`~inference.batches.LoaderBatches` (``y`` then ``None``; ``config.batch_size`` is
+            :class:`~inference.optim.batches.LoaderBatches` (``y`` then ``None``; ``config.batch_size`` is
             not used).
         config: the loop options (:class:`LoopOptions` or a subclass; recorded in ``info``).
         seed: seeds Pyro/torch draws and the minibatch order.
         progress: show tqdm bars.
-        guide_name, guide_kwargs: the guide, built by :func:`inference.guides.build_guide` (its
+        guide_name, guide_kwargs: the guide, built by :func:`inference.variational.guides.build_guide` (its
             means start at the pretrained weights and latents when ``config.pretrain_epochs``).
         particle: ``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)``.
         info: ``info(guide) -> dict`` of extra items for ``posterior.info``.

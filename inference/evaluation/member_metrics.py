@@ -23,9 +23,9 @@ import torch
 
 from zoo.likelihoods.mixture import PredictiveMixture
 
-from .metrics import evaluate
-from .posterior import SamplePosterior
-from .prediction import Prediction
+from inference.evaluation.metrics import evaluate
+from inference.posterior import SamplePosterior
+from inference.prediction import Prediction
 
 __all__ = ["member_posteriors", "member_predictions", "member_metrics", "disagreement", "member_initial_values"]
 
@@ -97,7 +97,7 @@ def member_metrics(posterior: SamplePosterior, x: torch.Tensor, y: torch.Tensor,
         seed: the seed ``mixture`` was predicted with (kept for the callers; the members are read off it).
     Returns:
         ``{"num_members": C, "mixture": {...}, "per_member": [{...} × C], "member_mean": {...},
-        "disagreement": float}``; each ``{...}`` is :func:`inference.metrics.evaluate`'s dict.
+        "disagreement": float}``; each ``{...}`` is :func:`inference.evaluation.metrics.evaluate`'s dict.
     Raises:
         ValueError: fewer than two chains, or a ``mixture`` that is not over all draws.
     """

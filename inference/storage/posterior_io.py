@@ -3,7 +3,7 @@
 :meth:`Posterior.save(dir) <inference.posterior.Posterior.save>` writes
 
 * ``posterior.json`` — the manifest: format, posterior ``kind`` and its JSON state (e.g. the
-  guide's name and options), the network's spec (:mod:`inference.net_spec`), the random
+  guide's name and options), the network's spec (:mod:`inference.storage.net_spec`), the random
   sites' layout (names, parameter shapes, fan-in, which are masked), the prior and likelihood
   (class and arguments) and the :class:`~zoo.bnn.BayesianNetwork` settings (including the
   modules kept in training mode at prediction, ``active_at_prediction``, e.g. MC dropout's);
@@ -33,8 +33,8 @@ from zoo.likelihoods import LIKELIHOODS
 from zoo.priors import PRIORS
 from zoo.stochastic import StochasticSite
 
-from .net_spec import build_net, describe_spec, net_spec
-from .save_files import FORMAT, INFO, MANIFEST, TENSORS, MissingSaveError, SaveFileError, check_manifest, check_tensor, \
+from inference.storage.net_spec import build_net, describe_spec, net_spec
+from inference.storage.save_files import FORMAT, INFO, MANIFEST, TENSORS, MissingSaveError, SaveFileError, check_manifest, check_tensor, \
     read_json, read_tensors, rebuild
 
 __all__ = ["save_posterior", "load_posterior", "SaveFileError", "MissingSaveError", "POSTERIOR_KINDS", "register_kind",

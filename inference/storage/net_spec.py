@@ -1,6 +1,6 @@
 """A network described without pickling it: :func:`net_spec` and :func:`build_net`.
 
-A saved posterior (:mod:`inference.posterior_io`) stores its network as a JSON *spec* plus
+A saved posterior (:mod:`inference.storage.posterior_io`) stores its network as a JSON *spec* plus
 its ``state_dict``, so it loads in any process that has this library, whatever process
 defined the network.  A spec exists for
 

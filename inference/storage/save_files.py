@@ -1,4 +1,4 @@
-"""Reading a saved posterior's files as untrusted data (:func:`inference.posterior_io.load_posterior`).
+"""Reading a saved posterior's files as untrusted data (:func:`inference.storage.posterior_io.load_posterior`).
 
 Every failure is a :class:`SaveFileError` (a ``ValueError``) naming the file and the problem:
 

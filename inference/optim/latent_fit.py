@@ -9,7 +9,7 @@ the likelihood's training objective plus the latents' log prior: with the networ
 this is the MAP of θ, a smooth problem in a few scalars per target.  It is solved by L-BFGS
 (Liu & Nocedal 1989) with a strong-Wolfe line search in the unconstrained coordinates
 ``u = T⁻¹(θ)`` (``T = biject_to(support)``, as the guides parametrise them), in float64.
-Deterministic pretraining (:func:`inference.training.pretrain`) calls it once, after its Adam
+Deterministic pretraining (:func:`inference.optim.training.pretrain`) calls it once, after its Adam
 epochs on the weights, on the last epoch's batches, so the latents reach their optimum whatever
 the weights' learning rate, and the variational guide starts there.
 """

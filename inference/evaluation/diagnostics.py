@@ -5,7 +5,7 @@ posterior multimodal with functionally identical modes, so chains in different m
 disagree on every weight while agreeing on every prediction.  We therefore report
 ArviZ's rank-normalised split R-hat and bulk/tail ESS (Vehtari et al. 2021) of the
 *predictive mean at test points* (``f_mean``) and of the *log joint density*
-(``log_joint``), both written by :mod:`inference.arviz_export`.
+(``log_joint``), both written by :mod:`inference.evaluation.arviz_export`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import arviz as az
 import numpy as np
 import torch
 
-from .arviz_export import quiet_arviz
+from inference.evaluation.arviz_export import quiet_arviz
 
 __all__ = ["PREDICTIVE_VARS", "RHAT_WARNING", "predictive_summary", "convergence_metrics", "convergence_warning",
            "tree_depth_saturation", "MIN_DRAWS_PER_CHAIN"]

@@ -109,7 +109,7 @@ def fit_check(pred, y: torch.Tensor, y_train: torch.Tensor, metrics: dict, train
         pred: the test-set :class:`~inference.prediction.Prediction` (original units), already made.
         y: its targets (original units ``[N, T]``) or labels ``[N]``.
         y_train: the training targets (original units) or labels: the trivial predictor's data.
-        metrics: the run's metrics from :func:`inference.metrics.evaluate` (``rmse`` / ``accuracy``,
+        metrics: the run's metrics from :func:`inference.evaluation.metrics.evaluate` (``rmse`` / ``accuracy``,
             ``test_ll``).
         train: the fit's and the trivial predictor's log-likelihood on training points
             (:func:`training_fit`), when the run has them.

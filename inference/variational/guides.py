@@ -22,11 +22,11 @@ from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 
 from zoo.bnn import BayesianNetwork
 
-from .elbo import NormalFactor, mean_field_normal_elbo_terms
-from .variational.latents import is_real_support, normal_prior_params
-from .variational.meanfield import build_mean_field_guide
-from .variational.protocol import ModuleLocalParams
-from .variational.radial import build_radial_guide
+from inference.variational.elbo import NormalFactor, mean_field_normal_elbo_terms
+from inference.variational.latents import is_real_support, normal_prior_params
+from inference.variational.meanfield import build_mean_field_guide
+from inference.variational.protocol import ModuleLocalParams
+from inference.variational.radial import build_radial_guide
 
 __all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide", "fused_elbo_blocker", "stock_model_blocker"]
 
@@ -60,7 +60,7 @@ class NormalGuide(ModuleLocalParams, AutoNormal):
         """One-draw ``(E_q[(N/n) Σ log p(y|x,w)], KL(q‖p))`` on a minibatch, without Pyro traces.
 
         Valid only where :func:`fused_elbo_blocker` returns ``None`` for ``bnn``; computed by
-        :func:`inference.elbo.mean_field_normal_elbo_terms` from this guide's own parameters
+        :func:`inference.variational.elbo.mean_field_normal_elbo_terms` from this guide's own parameters
         (μ = ``locs.<site>``, σ = softplus of the unconstrained ``scales.<site>``), so gradients
         flow into them and into the network's deterministic parameters.
 

@@ -19,7 +19,7 @@ import torch
 from zoo.checks import as_tensor
 from zoo.data import check_finite_array
 
-from .prediction import Prediction
+from inference.prediction import Prediction
 
 __all__ = [
     "rmse",

@@ -29,8 +29,8 @@ from typing import Callable, NamedTuple, Union
 
 import torch
 
-from .metrics import random_like
-from .sgmcmc_steps import rms_preconditioner
+from inference.mcmc.mass_matrix import random_like
+from inference.sgmcmc.step_sizes import rms_preconditioner
 
 __all__ = [
     "Kernel", "StepSize", "SGLDState", "PSGLDState", "SGHMCState", "sgld", "psgld", "sghmc", "cyclical",

@@ -1,0 +1,10 @@
+"""What a posterior's predictions are worth: predictive metrics, the trivial-predictor check, ArviZ
+export and diagnostics, per-member metrics of ensembles and chains, summary tables.
+
+* :mod:`.metrics` — RMSE, test log-likelihood, coverage, calibration (regression and classification);
+* :mod:`.sanity` — the comparison with the trivial predictor that flags a failed fit;
+* :mod:`.arviz_export` — ``InferenceData`` with posterior, log-likelihood, predictive and sample stats;
+* :mod:`.diagnostics` — R-hat, ESS and the warnings that go with them;
+* :mod:`.member_metrics` — each ensemble member's or chain's metrics and their disagreement;
+* :mod:`.summary_table` — the text and HTML tables of ``repr``.
+"""

@@ -1,0 +1,145 @@
+"""The public entry point :func:`fit`: checks the data and options, places them on the model's
+device, and runs a registered backend without side effects on the caller's session."""
+from __future__ import annotations
+
+import contextlib
+import random
+
+import numpy as np
+import pyro
+import torch
+from torch.utils.data import DataLoader
+
+from inference.backends import get_backend, loader_backends
+from inference.backends.base import check_fit_size, check_loader, check_training_data, parse_config
+from zoo.checks import check_seed
+
+__all__ = ["fit", "preserved_session", "resolve_device", "DEVICE_TYPES"]
+
+#: device types :func:`fit` moves a model to
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def resolve_device(device) -> torch.device:
+    """``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a ``torch.device``), checked to exist here.
+
+    Raises:
+        ValueError: not a device name, or a device this machine does not have.
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; valid devices: {', '.join(DEVICE_TYPES)} (or 'cuda:N')") from None
+    if resolved.type not in DEVICE_TYPES:
+        raise ValueError(f"unsupported device {device!r}; valid devices: {', '.join(DEVICE_TYPES)} (or 'cuda:N')")
+    missing_cuda = not torch.cuda.is_available() or (resolved.index or 0) >= torch.cuda.device_count()
+    if resolved.type == "cuda" and missing_cuda:
+        raise ValueError(f"device {device!r} is not available: this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s) (torch.cuda.is_available() is {torch.cuda.is_available()}); use device='cpu'")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} is not available on this machine (torch.backends.mps.is_available() "
+                         f"is False); use device='cpu'")
+    return resolved
+
+
+def _placed(bnn, x: torch.Tensor, y: torch.Tensor, raw_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checked ``(x, y)`` on the model's device, floating inputs and regression targets in its dtype.
+
+    ``raw_y`` is ``y`` before checking: floating targets are converted from it directly, so no
+    precision is lost on the way to a float64 model.
+    """
+    like = {"device": bnn.target_scale.device, "dtype": bnn.target_scale.dtype}
+    x = x.to(**like) if x.is_floating_point() else x.to(like["device"])
+    if bnn.likelihood.task == "regression" and raw_y.is_floating_point():
+        y = raw_y.reshape(y.shape)
+    return x, y.to(**like) if y.is_floating_point() else y.to(like["device"])
+
+
+@contextlib.contextmanager
+def preserved_session(bnn):
+    """Run a fit without side effects on the caller's session.
+
+    On exit (normal or not) the global random states a backend may seed (torch's CPU generator
+    and that of ``bnn``'s CUDA device, numpy's and Python's — ``pyro.set_rng_seed`` seeds all
+    three), the names in Pyro's global parameter store and the train/eval mode of every submodule of ``bnn``
+    are as they were on entry.  The fit's own draws are unchanged: it still seeds them itself.
+    """
+    device = bnn.target_scale.device
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    modes = [(module, module.training) for module in bnn.modules()]
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    store = pyro.get_param_store()
+    stored_names = set(store.keys())
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            yield
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+        for name in set(store.keys()) - stored_names:
+            del store[name]
+        for module, training in modes:
+            module.training = training
+
+
+def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = True, device=None, **options):
+    """Infer the posterior of ``bnn``'s random sites given data ``(x, y)`` or a ``DataLoader``.
+
+    Args:
+        bnn: a :class:`zoo.BayesianNetwork`.
+        x: inputs ``[N, ...]`` (the network's input units, usually standardised), or a
+            ``torch.utils.data.DataLoader`` over a map-style dataset of ``(x, y)`` rows (then
+            ``y`` is ``None``): minibatch backends (:func:`loader_backends`: ``svi``, the
+            variational families, the SG-MCMC family, ``map``, ``ensemble``, ``mc-dropout``)
+            draw each epoch's batches from it, in its order and batch size, and scale the
+            likelihood by N/n with N = ``len(loader.dataset)``.
+        y: regression targets ``[N, O]`` in *standardised* units, or class labels ``[N]``.
+        backend: a name in ``BACKENDS``.
+        seed: fixes every random draw of the run (a DataLoader's shuffling has its own generator).
+            The fit leaves the caller's session as it was (:func:`preserved_session`): global
+            random states, the network's train/eval modes and Pyro's parameter store.
+        progress: show a tqdm progress bar.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a ``torch.device``: ``bnn`` is
+            moved there (``bnn.to(device)``, in place) before fitting; default: where it is.  The
+            data always follow the model: moved to its device, floating inputs and regression
+            targets converted to its dtype (``bnn.double()`` fits in float64).
+        **options: the backend's options (see its ``Config``).
+    Returns:
+        a :class:`inference.Posterior`.
+    Raises:
+        ValueError: bad options or data; a DataLoader given to a backend that needs the full
+            data set as tensors (the message lists those that accept one), or with ``y`` or
+            ``batch_size``; an unknown or unavailable ``device``; a network whose forward
+            does not return one ``[n, O]`` tensor (checked on the first rows, before fitting).
+    """
+    engine = get_backend(backend)
+    seed = check_seed(seed)
+    if device is not None:
+        bnn.to(resolve_device(device))
+    if isinstance(x, DataLoader):
+        if not engine.accepts_loader:
+            raise ValueError(
+                f"backend {backend!r} needs the full training set as tensors, fit(bnn, x, y, ...); a DataLoader "
+                f"is accepted by the minibatch backends: {', '.join(loader_backends())}"
+            )
+        if y is not None:
+            raise ValueError("a DataLoader yields the (x, y) batches itself: call fit(bnn, loader, ...) without y")
+        if "batch_size" in options:
+            raise ValueError("the DataLoader sets the batches: drop batch_size= (give it to the DataLoader instead)")
+        config = parse_config(engine, options)
+        check_fit_size(bnn, config)
+        batches = check_loader(bnn, x)
+        check = batches.check
+        batches.check = lambda xb, yb: _placed(bnn, *check(xb, yb), yb)
+        first = x.collate_fn([x.dataset[0]])  # a one-row batch: the network is checked before fitting
+        if isinstance(first, (tuple, list)) and len(first) == 2:  # (other rows: LoaderBatches' clear error)
+            bnn.check_forward(_placed(bnn, *check(*first), first[1])[0])
+        with preserved_session(bnn):
+            return engine.run(bnn, batches, None, config, int(seed), bool(progress))
+    config = parse_config(engine, options)
+    check_fit_size(bnn, config)
+    x, y = check_training_data(bnn, x, y)  # numpy arrays converted; floating targets keep their precision
+    x, y = _placed(bnn, x, y, y)
+    bnn.check_forward(x)
+    with preserved_session(bnn):
+        return engine.run(bnn, x, y, config, int(seed), bool(progress))

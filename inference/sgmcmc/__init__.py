@@ -1,0 +1,13 @@
+"""Stochastic-gradient MCMC: SGLD (Welling & Teh 2011), pSGLD (Li et al. 2016), SGHMC (Chen, Fox &
+Guestrin 2014) and cyclical SG-MCMC (Zhang et al. 2020), over a batch of ``C`` chains stacked as ``[C, D]``.
+
+* :mod:`.updates` — the kernels as ``build(...) -> (init, update)`` pairs, and step-size schedules;
+* :mod:`.step_sizes` — default step sizes from the curvature at the start point;
+* :mod:`.pyro_kernels` — the same samplers as Pyro ``MCMCKernel`` s for ``pyro.infer.MCMC``.
+
+The chains run on :func:`inference.mcmc.driver.run_chains`; the backend is
+:mod:`inference.backends.sgmcmc`.
+"""
+from inference.sgmcmc.updates import Kernel, cosine_cycle, cyclical, polynomial_decay, psgld, sghmc, sgld
+
+__all__ = ["Kernel", "cosine_cycle", "cyclical", "polynomial_decay", "psgld", "sghmc", "sgld"]
