@@ -6,7 +6,7 @@ mean-field variational family, categorical likelihood, minibatch 256 out of N = 
 
 * baseline — plain PyTorch: ``nn`` LeNet-300-100, cross-entropy, ``torch.optim.Adam`` step;
 * one row per SVI-family backend — ``svi`` (Pyro's ``AutoNormal``; its ELBO path chosen as the
-  backend chooses it, :func:`inference.backends.svi.choose_elbo_path`, normally ``fused``),
+  backend chooses it, :func:`inference.variational.elbo_paths.choose_elbo_path`, normally ``fused``),
   ``graves``, ``svi-lrt``, ``sparse-vd``, ``kingma-vd`` (the fused paths of
   :class:`inference.variational.MeanFieldGuide`) and ``radial`` (its path chosen as the backend
   chooses it, normally ``fused``: :meth:`inference.variational.AutoRadial.elbo_terms`), each with its
@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.backends import BACKENDS
-from inference.backends.svi import choose_elbo_path, svi_particle
+from inference.variational.elbo_paths import choose_elbo_path, elbo_particle
 from inference.variational.guides import build_guide
 from inference.optim.training import lr_scheduler, optimiser_step
 from inference.variational.lrt import lrt_forward
@@ -113,7 +113,7 @@ def backend_step(x, y, name: str, **options):
     if name == "svi":
         path, _ = choose_elbo_path(bnn, config)
         guide = build_guide(config.guide, bnn, init_scale=config.init_scale, **(config.guide_options or {}))
-        particle, fused_adam, label = svi_particle(bnn, path), path == "fused", f"svi ({path})"
+        particle, fused_adam, label = elbo_particle(bnn, path), path == "fused", f"svi ({path})"
     else:
         guide = build_guide(backend.guide_name, bnn, **backend._guide_kwargs(config))
         particle, fused_adam, label = backend._particle(bnn, config), True, name

@@ -12,9 +12,10 @@ import pyro.distributions as dist
 from torch import nn
 
 from inference import fit, load_posterior
-from inference.backends.svi import SVIConfig, choose_elbo_path
+from inference.backends.svi import SVIConfig
 from inference.variational.guides import build_guide, fused_elbo_blocker
-from inference.optim.training import trace_particle
+from inference.variational.elbo_paths import choose_elbo_path
+from inference.variational.fit import trace_particle
 from zoo import (
     BayesianNetwork,
     CategoricalLikelihood,

@@ -1,10 +1,10 @@
 """Stochastic variational inference with a guide from :data:`inference.variational.guides.GUIDES`
 (default: Pyro's mean-field ``AutoNormal``, as :class:`inference.variational.guides.NormalGuide`).
 
-The fit is the one training loop, :func:`inference.optim.training.fit_guide` (minibatches, KL
+The fit is the one training loop, :func:`inference.variational.fit.fit_guide` (minibatches, KL
 annealing, deterministic pretraining, particle averaging, non-finite checks); deterministic
 parameters are trained jointly unless the model froze them.  Each step's ELBO is estimated on
-one of two paths, recorded in ``posterior.info["elbo_path"]``:
+one of two paths (:mod:`inference.variational.elbo_paths`), recorded in ``posterior.info["elbo_path"]``:
 
 * ``"fused"`` — the default guide on a model whose random weights all have Normal priors:
   :meth:`inference.variational.guides.NormalGuide.elbo_terms` draws every site's noise directly, forms the
@@ -14,24 +14,21 @@ one of two paths, recorded in ``posterior.info["elbo_path"]``:
 * ``"pyro-trace"`` — every other case (another guide, a Laplace or Student-t weight prior, a model
   that overrides the Pyro program, no latent sites; :func:`inference.variational.guides.fused_elbo_blocker`
   names the reason, kept in ``info["elbo_path_reason"]``), or when asked for with
-  ``elbo_path="pyro-trace"``: :func:`inference.optim.training.trace_particle`.
+  ``elbo_path="pyro-trace"``: :func:`inference.variational.fit.trace_particle`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
-import pyro
-
-from inference.variational.guides import GUIDES, fused_elbo_blocker
-from inference.posterior import VariationalPosterior
-from inference.optim.training import LoopOptions, fit_guide, trace_particle
 from inference.backends.base import Backend
+from inference.optim.training import LoopOptions
+from inference.posterior import VariationalPosterior
+from inference.variational.elbo_paths import check_elbo_path, choose_elbo_path, elbo_particle, elbo_path_info
+from inference.variational.fit import fit_guide
+from inference.variational.guides import GUIDES
 
-__all__ = ["SVIConfig", "SVIBackend", "ELBO_PATHS", "resolve_elbo_path", "choose_elbo_path", "svi_particle"]
-
-#: ``auto`` picks ``fused`` where the model allows it, else ``pyro-trace``
-ELBO_PATHS = ("auto", "fused", "pyro-trace")
+__all__ = ["SVIConfig", "SVIBackend"]
 
 
 @dataclass
@@ -53,41 +50,7 @@ class SVIConfig(LoopOptions):
         super().validate()
         if self.guide not in GUIDES:
             raise ValueError(f"unknown guide {self.guide!r}; valid guides: {', '.join(GUIDES)}")
-        if self.elbo_path not in ELBO_PATHS:
-            raise ValueError(f"unknown elbo_path {self.elbo_path!r}; valid: {', '.join(ELBO_PATHS)}")
-
-
-def resolve_elbo_path(requested: str, blocker: Optional[str]) -> tuple[str, Optional[str]]:
-    """``(path, reason)`` for option ``elbo_path=requested`` when ``blocker`` (``None``: nothing) stands
-    against the fused path: ``"fused"`` or ``"pyro-trace"``, and why the trace path was taken (else ``None``).
-
-    Raises:
-        ValueError: ``requested == "fused"`` where the fused path does not apply (the reason is given).
-    """
-    if requested == "pyro-trace":
-        return "pyro-trace", "requested (elbo_path='pyro-trace')"
-    if blocker is not None:
-        if requested == "fused":
-            raise ValueError(f"elbo_path='fused' is not available for this model: {blocker}; use 'auto' or 'pyro-trace'")
-        return "pyro-trace", blocker
-    return "fused", None
-
-
-def choose_elbo_path(bnn, config: SVIConfig) -> tuple[str, Optional[str]]:
-    """:func:`resolve_elbo_path` for the ``svi`` backend (blocker: :func:`inference.variational.guides.fused_elbo_blocker`)."""
-    return resolve_elbo_path(config.elbo_path, fused_elbo_blocker(bnn, config.guide))
-
-
-def svi_particle(bnn, path: str) -> Callable:
-    """``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)`` on ``path``."""
-    if path != "fused":
-        return lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data)
-
-    def fused_particle(guide, xb, yb, num_data):
-        with pyro.validation_enabled(False):  # as on the trace path: the data were checked once by fit()
-            return guide.elbo_terms(bnn, xb, yb, num_data)
-
-    return fused_particle
+        check_elbo_path(self.elbo_path)
 
 
 class SVIBackend(Backend):
@@ -97,8 +60,8 @@ class SVIBackend(Backend):
     def run(self, bnn, x, y, config: SVIConfig, seed: int, progress: bool) -> VariationalPosterior:
         guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
         path, reason = choose_elbo_path(bnn, config)
-        info = {"elbo_path": path, **({"elbo_path_reason": reason} if reason else {})}
+        info = elbo_path_info(path, reason)
         return fit_guide(
-            self.name, bnn, x, y, config, seed, progress, config.guide, guide_kwargs, svi_particle(bnn, path),
+            self.name, bnn, x, y, config, seed, progress, config.guide, guide_kwargs, elbo_particle(bnn, path),
             info=lambda guide: info, fused_adam=path == "fused",
         )

@@ -2,7 +2,7 @@
 and ``radial``.
 
 All follow the one backend contract and train with the one training loop,
-:func:`inference.optim.training.fit_guide` (minibatches, Adam with the learning-rate schedule, KL
+:func:`inference.variational.fit.fit_guide` (minibatches, Adam with the learning-rate schedule, KL
 annealing, deterministic pretraining — the guide's means start at the pretrained weights —,
 particle averaging, non-finite checks).  The objective per minibatch is
 −(N/n) Σ_batch E_q[log p(y|x,w)] + β KL(q ‖ p).
@@ -20,9 +20,10 @@ particle averaging, non-finite checks).  The objective per minibatch is
 * ``radial`` — the Radial AutoGuide (Farquhar, Osborne & Gal 2020); its prior cross-entropy is
   exact by default, or estimated from ``mc_kl_samples`` = M draws with the ``"reparameterized"``
   (memory independent of M; Nazarovs et al. 2021) or ``"naive"`` estimator.
-  Option ``elbo_path`` as for ``svi``: ``"fused"`` (:meth:`AutoRadial.elbo_terms`, no Pyro traces,
-  the same random numbers and estimator) wherever the model's Pyro program is the stock one,
-  else ``"pyro-trace"`` (:func:`inference.variational.elbo.elbo_terms`); ``info["elbo_path"]`` records it.
+  Option ``elbo_path`` as for ``svi`` (:mod:`inference.variational.elbo_paths`): ``"fused"``
+  (:meth:`AutoRadial.elbo_terms`, no Pyro traces, the same random numbers and estimator) wherever
+  the model's Pyro program is the stock one, else ``"pyro-trace"``
+  (:func:`inference.variational.elbo.elbo_terms`); ``info["elbo_path"]`` records it.
 
 Per-layer sparsity (the family's pruning rule, see :mod:`inference.variational.pruning`) is
 computed after every epoch, shown in the progress bar and stored in
@@ -33,20 +34,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar, Optional
 
-import pyro
-
-from inference.variational.guides import stock_model_blocker
+from inference.backends.base import Backend
+from inference.optim.training import LoopOptions
 from inference.posterior import VariationalPosterior
-from inference.optim.training import LoopOptions, fit_guide, trace_particle
+from inference.variational.elbo_paths import check_elbo_path, elbo_particle, elbo_path_info, resolve_elbo_path
 from inference.variational.families import get_family
+from inference.variational.fit import fit_guide
+from inference.variational.guides import stock_model_blocker
 from inference.variational.meanfield import ESTIMATORS
 from inference.variational.protocol import SNR_RULE
 from inference.variational.radial_kl import resolve_mc_kl
-from inference.backends.base import Backend
-from inference.backends.svi import ELBO_PATHS, resolve_elbo_path
 
 __all__ = [
     "MeanFieldConfig",
@@ -161,17 +160,11 @@ class RadialConfig(LoopOptions):
         super().validate()
         resolve_mc_kl(self.mc_kl_samples, self.mc_kl_estimator)
         SNR_RULE.check_threshold(self.prune_threshold)
-        if self.elbo_path not in ELBO_PATHS:
-            raise ValueError(f"unknown elbo_path {self.elbo_path!r}; valid: {', '.join(ELBO_PATHS)}")
-
-
-def _fused_radial_particle(bnn, guide, xb, yb, num_data):
-    with pyro.validation_enabled(False):  # as on the trace path: the data were checked once by fit()
-        return guide.elbo_terms(bnn, xb, yb, num_data)
+        check_elbo_path(self.elbo_path)
 
 
 class _VariationalBackend(Backend):
-    """Shared run(): the family's guide and particle through :func:`~inference.optim.training.fit_guide`,
+    """Shared run(): the family's guide and particle through :func:`~inference.variational.fit.fit_guide`,
     with sparsity tracking by the family's pruning rule.  Subclasses set ``guide_name`` and define
     ``_guide_kwargs(config)``, ``_particle(bnn, config)`` and ``_extra_info(bnn, guide, config)``."""
 
@@ -239,12 +232,9 @@ class RadialBackend(_VariationalBackend):
     def _extra_info(self, bnn, guide, config):
         path, reason = resolve_elbo_path(config.elbo_path, stock_model_blocker(bnn))
         estimator = guide.mc_kl_estimator
-        info = {"mc_kl_samples": None if estimator == "exact" else guide.mc_kl_samples, "mc_kl_estimator": estimator,
-                "elbo_path": path}
-        return {**info, **({"elbo_path_reason": reason} if reason else {})}
+        samples = None if estimator == "exact" else guide.mc_kl_samples
+        return {"mc_kl_samples": samples, "mc_kl_estimator": estimator, **elbo_path_info(path, reason)}
 
     def _particle(self, bnn, config):
         path, _ = resolve_elbo_path(config.elbo_path, stock_model_blocker(bnn))
-        if path == "pyro-trace":
-            return lambda guide, xb, yb, num_data: trace_particle(bnn, guide, xb, yb, num_data)
-        return partial(_fused_radial_particle, bnn)
+        return elbo_particle(bnn, path)

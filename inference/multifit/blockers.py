@@ -11,7 +11,7 @@ from torch import nn
 
 from zoo.bnn import BayesianNetwork
 
-from inference.backends.svi import choose_elbo_path
+from inference.variational.elbo_paths import choose_elbo_path
 
 __all__ = ["STACKABLE", "batch_blocker"]
 

@@ -1,6 +1,6 @@
 """K mean-field SVI fits (the ``svi`` backend on its fused ELBO path) as one stacked program.
 
-Each fit follows :func:`inference.optim.training.fit_guide` with the default guide (Pyro's ``AutoNormal``,
+Each fit follows :func:`inference.variational.fit.fit_guide` with the default guide (Pyro's ``AutoNormal``,
 :class:`inference.variational.guides.NormalGuide`) on a model whose weight priors are all Normal:
 
 1. deterministic pretraining (``pretrain_epochs``; :func:`inference.optim.training.pretrain`): the fits'

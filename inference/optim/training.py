@@ -1,5 +1,5 @@
-"""The one training loop of the variational backends (``svi``, ``svi-lrt``, ``graves``, ``sparse-vd``,
-``kingma-vd``, ``radial``).
+"""The one training loop of the loop-trained backends (the variational family ``svi``, ``svi-lrt``,
+``graves``, ``sparse-vd``, ``kingma-vd``, ``radial``; MAP and its kin) and its options.
 
 The minibatches come from in-memory tensors (reshuffled every epoch) or from a ``DataLoader``
 (its own batches and order; :mod:`inference.optim.batches`).  Per minibatch of size n out of N the
@@ -18,31 +18,24 @@ loss or gradient stops the run with :class:`NonFiniteLossError`, which names the
 carries the posterior of the last finite parameters.  Progress is a ``tqdm.auto`` bar
 (``progress=False`` silences it).
 
-:func:`fit_guide` is the whole fit; a backend supplies the guide and ``particle``, one draw of
-the ELBO's two terms.
+The whole variational fit around the loop (seed, pretraining, guide, posterior) is
+:func:`inference.variational.fit.fit_guide`.
 """
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Optional
 
-import pyro
 import torch
 from tqdm.auto import tqdm
 
-from inference.optim.batches import as_batches, loader_info, minibatches
-from inference.variational.elbo import elbo_terms
-from inference.variational.guides import build_guide
+from inference.optim.batches import as_batches
 from inference.optim.latent_fit import fit_latents, network_outputs
 from inference.optim.lean_adam import LeanAdam, gradient_norm
-from inference.posterior import VariationalPosterior
-from inference.variational.pruning import guide_sparsity
 
-__all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "LR_SCHEDULES", "OPTIMIZERS", "minibatches",
-           "kl_weight", "lr_scheduler", "pretrain", "trace_particle", "average_particles", "optimiser_step",
-           "run_training_loop", "fit_guide"]
+__all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "LR_SCHEDULES", "OPTIMIZERS", "HISTORY_KEYS",
+           "kl_weight", "lr_scheduler", "pretrain", "average_particles", "optimiser_step", "run_training_loop"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
 OPTIMIZERS = ("adam", "clipped-adam")
@@ -200,13 +193,6 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     return {**{n: v.detach() for n, v in values.items()}, **latents}
 
 
-def trace_particle(bnn, guide, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One draw of ``(E_q[(N/n) Σ log p(y|x,w)], KL)`` through Pyro traces (:func:`inference.variational.elbo.elbo_terms`)."""
-    with pyro.validation_enabled(False):  # the data are checked once by fit(), not per distribution
-        terms = elbo_terms(bnn.model, guide, x, y, num_data)
-    return terms.expected_log_likelihood, terms.kl
-
-
 def average_particles(particle: Callable, num_particles: int, beta: float):
     """``(loss, expected_log_likelihood, kl)`` averaged over ``num_particles`` calls of ``particle()``.
 
@@ -319,89 +305,3 @@ def run_training_loop(
         if on_epoch is not None:
             postfix.update(on_epoch(epoch))
         bar.set_postfix(**postfix)
-
-
-def fit_guide(
-    backend: str,
-    bnn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    config: LoopOptions,
-    seed: int,
-    progress: bool,
-    guide_name: str,
-    guide_kwargs: dict,
-    particle: Callable,
-    info: Optional[Callable] = None,
-    sparsity: Optional[tuple[Optional[float], bool]] = None,
-    fused_adam: bool = False,
-) -> VariationalPosterior:
-    """A whole variational fit: seed, pretrain, build the guide, train it, return the posterior.
-
-    Args:
-        backend: the backend's name (recorded in ``info``).
-        bnn, x, y: the model and validated training data ``[N, ...]``, or ``x`` a
-            :class:`~inference.optim.batches.LoaderBatches` (``y`` then ``None``; ``config.batch_size`` is
-            not used).
-        config: the loop options (:class:`LoopOptions` or a subclass; recorded in ``info``).
-        seed: seeds Pyro/torch draws and the minibatch order.
-        progress: show tqdm bars.
-        guide_name, guide_kwargs: the guide, built by :func:`inference.variational.guides.build_guide` (its
-            means start at the pretrained weights and latents when ``config.pretrain_epochs``).
-        particle: ``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)``.
-        info: ``info(guide) -> dict`` of extra items for ``posterior.info``.
-        sparsity: ``(threshold, every_epoch)``: record the guide's rule-based sparsity report in
-            ``info["sparsity"]`` and, when ``every_epoch``, per epoch in the history
-            (``sparsity``, ``layer_sparsity``) and the progress bar.
-        fused_adam: use PyTorch's single-kernel Adam.
-    Returns:
-        the :class:`~inference.posterior.VariationalPosterior`; ``info["history"]`` holds the
-        per-epoch history.
-    Raises:
-        NonFiniteLossError: a NaN/inf loss or gradient (with the step and the last finite posterior).
-    """
-    pyro.set_rng_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    started = time.perf_counter()
-    init_values = None
-    data = as_batches(x, y, config.batch_size)
-    if config.pretrain_epochs:
-        init_values = pretrain(
-            bnn, data, None, config.pretrain_epochs, config.pretrain_lr or config.lr, None, generator, progress
-        )
-        bnn.update_reference({s.name: init_values[s.name] for s in bnn.sites})
-    guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
-    params = list(guide.parameters()) + bnn.deterministic_parameters()
-    history = {key: [] for key in HISTORY_KEYS + (("sparsity", "layer_sparsity") if sparsity else ())}
-    run_info = {
-        "backend": backend,
-        "config": asdict(config),
-        "seed": seed,
-        "num_samples": config.num_samples,
-        "num_data": data.num_data,
-        "history": history,
-    }
-    run_info.update(loader_info(data))
-    if info is not None:
-        run_info.update(info(guide))
-
-    def result():
-        run_info["fit_seconds"] = time.perf_counter() - started
-        if sparsity:
-            run_info["sparsity"] = guide_sparsity(guide, bnn, sparsity[0])
-        return VariationalPosterior(bnn, guide, guide_name, guide_kwargs, run_info)
-
-    def on_epoch(epoch):
-        report = guide_sparsity(guide, bnn, sparsity[0])
-        history["sparsity"].append(report["sparsity"])
-        history["layer_sparsity"].append(report["layers"])
-        return {"sparsity": f"{report['sparsity']:.3f}", "layers": "/".join(f"{v:.2f}" for v in report["layers"].values())}
-
-    if not params:  # nothing to optimise (frozen network, no latents)
-        return result()
-    run_training_loop(
-        lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
-        result, desc=f"{backend} ({bnn.num_random} random)", progress=progress,
-        on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
-    )
-    return result()

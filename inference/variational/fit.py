@@ -1,0 +1,122 @@
+"""The whole variational fit around the one training loop: :func:`fit_guide`.
+
+Seed, optional deterministic pretraining (:func:`inference.optim.training.pretrain`; the guide's
+means start at the pretrained weights, as Molchanov, Ashukha & Vetrov 2017 start from a
+pretrained network), the guide (:func:`inference.variational.guides.build_guide`), the loop
+(:func:`inference.optim.training.run_training_loop`: minibatches, KL annealing, Adam with the
+learning-rate schedule, particle averaging, non-finite checks), optional per-epoch sparsity by the
+guide's pruning rule, and the :class:`~inference.posterior.VariationalPosterior`.  A backend
+supplies the guide and ``particle``, one draw of the ELBO's two terms; :func:`trace_particle` is
+that draw through Pyro traces for any guide.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Callable, Optional
+
+import pyro
+import torch
+
+from inference.optim.batches import as_batches, loader_info
+from inference.optim.training import HISTORY_KEYS, LoopOptions, pretrain, run_training_loop
+from inference.posterior import VariationalPosterior
+from inference.variational.elbo import elbo_terms
+from inference.variational.guides import build_guide
+from inference.variational.pruning import guide_sparsity
+
+__all__ = ["trace_particle", "fit_guide"]
+
+
+def trace_particle(bnn, guide, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One draw of ``(E_q[(N/n) Σ log p(y|x,w)], KL)`` through Pyro traces (:func:`inference.variational.elbo.elbo_terms`)."""
+    with pyro.validation_enabled(False):  # the data are checked once by fit(), not per distribution
+        terms = elbo_terms(bnn.model, guide, x, y, num_data)
+    return terms.expected_log_likelihood, terms.kl
+
+
+def fit_guide(
+    backend: str,
+    bnn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: LoopOptions,
+    seed: int,
+    progress: bool,
+    guide_name: str,
+    guide_kwargs: dict,
+    particle: Callable,
+    info: Optional[Callable] = None,
+    sparsity: Optional[tuple[Optional[float], bool]] = None,
+    fused_adam: bool = False,
+) -> VariationalPosterior:
+    """A whole variational fit: seed, pretrain, build the guide, train it, return the posterior.
+
+    Args:
+        backend: the backend's name (recorded in ``info``).
+        bnn, x, y: the model and validated training data ``[N, ...]``, or ``x`` a
+            :class:`~inference.optim.batches.LoaderBatches` (``y`` then ``None``; ``config.batch_size`` is
+            not used).
+        config: the loop options (:class:`~inference.optim.training.LoopOptions` or a subclass; recorded
+            in ``info``).
+        seed: seeds Pyro/torch draws and the minibatch order.
+        progress: show tqdm bars.
+        guide_name, guide_kwargs: the guide, built by :func:`inference.variational.guides.build_guide` (its
+            means start at the pretrained weights and latents when ``config.pretrain_epochs``).
+        particle: ``particle(guide, x_batch, y_batch, num_data) -> (expected_log_likelihood, kl)``.
+        info: ``info(guide) -> dict`` of extra items for ``posterior.info``.
+        sparsity: ``(threshold, every_epoch)``: record the guide's rule-based sparsity report in
+            ``info["sparsity"]`` and, when ``every_epoch``, per epoch in the history
+            (``sparsity``, ``layer_sparsity``) and the progress bar.
+        fused_adam: use PyTorch's single-kernel Adam.
+    Returns:
+        the :class:`~inference.posterior.VariationalPosterior`; ``info["history"]`` holds the
+        per-epoch history.
+    Raises:
+        ~inference.optim.training.NonFiniteLossError: a NaN/inf loss or gradient (with the step and the last finite posterior).
+    """
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    started = time.perf_counter()
+    init_values = None
+    data = as_batches(x, y, config.batch_size)
+    if config.pretrain_epochs:
+        init_values = pretrain(
+            bnn, data, None, config.pretrain_epochs, config.pretrain_lr or config.lr, None, generator, progress
+        )
+        bnn.update_reference({s.name: init_values[s.name] for s in bnn.sites})
+    guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
+    params = list(guide.parameters()) + bnn.deterministic_parameters()
+    history = {key: [] for key in HISTORY_KEYS + (("sparsity", "layer_sparsity") if sparsity else ())}
+    run_info = {
+        "backend": backend,
+        "config": asdict(config),
+        "seed": seed,
+        "num_samples": config.num_samples,
+        "num_data": data.num_data,
+        "history": history,
+    }
+    run_info.update(loader_info(data))
+    if info is not None:
+        run_info.update(info(guide))
+
+    def result():
+        run_info["fit_seconds"] = time.perf_counter() - started
+        if sparsity:
+            run_info["sparsity"] = guide_sparsity(guide, bnn, sparsity[0])
+        return VariationalPosterior(bnn, guide, guide_name, guide_kwargs, run_info)
+
+    def on_epoch(epoch):
+        report = guide_sparsity(guide, bnn, sparsity[0])
+        history["sparsity"].append(report["sparsity"])
+        history["layer_sparsity"].append(report["layers"])
+        return {"sparsity": f"{report['sparsity']:.3f}", "layers": "/".join(f"{v:.2f}" for v in report["layers"].values())}
+
+    if not params:  # nothing to optimise (frozen network, no latents)
+        return result()
+    run_training_loop(
+        lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
+        result, desc=f"{backend} ({bnn.num_random} random)", progress=progress,
+        on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
+    )
+    return result()
