@@ -22,7 +22,8 @@ from inference.mcmc.adaptation import adaptation_windows, welford_covariance
 from inference.evaluation.diagnostics import convergence_metrics, convergence_warning
 from inference.mcmc import compilation
 from inference.mcmc.compilation import LazyCompile, compile_blocker, should_compile
-from inference.optim.potential import PlateauStop, Potential, initial_point
+from inference.optim.potential import Potential
+from inference.optim.start import PlateauStop, initial_point
 from lab.runs import RunSpec, execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 

@@ -12,16 +12,17 @@ This module holds the options and assembles the parts of :mod:`inference.mcmc`:
   (:func:`inference.mcmc.kernels.build_hmc`).
 * ``nuts`` — multinomial NUTS with the generalised U-turn criterion (Hoffman & Gelman
   2014; Betancourt 2017), iterative tree building (:mod:`inference.mcmc.nuts`).
-* warm-up — Stan's windowed adaptation (:func:`inference.mcmc.adaptation.window_adaptation`):
-  dual-averaging step size, Welford (co)variance metric in doubling windows.  Per-chain
-  adaptation, fixed after warm-up, so the draws are exact.
-* the loop — :func:`inference.mcmc.driver.run_chains`.
+* the start — :func:`inference.optim.start.initial_point`, jittered per chain
+  (:func:`inference.mcmc.chains.jittered_starts`).
+* warm-up and sampling — :func:`inference.mcmc.chains.sample_chains`: Stan's windowed adaptation
+  (:func:`inference.mcmc.adaptation.window_adaptation`: dual-averaging step size, Welford (co)variance
+  metric in doubling windows; per-chain, fixed after warm-up, so the draws are exact) on the loop of
+  :func:`inference.mcmc.driver.run_chains`.
 """
 from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Literal, Union
@@ -29,16 +30,15 @@ from typing import Literal, Union
 import pyro
 import torch
 
-from inference.evaluation.diagnostics import tree_depth_saturation
-from inference.mcmc.adaptation import find_step_size, window_adaptation
+from inference.mcmc.chains import jittered_starts, sample_chains, sampling_warnings
 from inference.mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
-from inference.mcmc.driver import run_chains, thinned
-from inference.mcmc.kernels import HMCState, build_hmc, build_nuts
+from inference.mcmc.kernels import build_hmc, build_nuts
 from inference.posterior import SamplePosterior
-from inference.optim.potential import INIT_STRATEGIES, Potential, frozen_deterministic, initial_point
+from inference.optim.potential import Potential, frozen_deterministic
+from inference.optim.start import INIT_STRATEGIES, initial_point
 from inference.backends.base import Backend, NonFiniteLossError
 
-__all__ = ["ChainConfig", "HMCConfig", "NUTSConfig", "HMCBackend", "NUTSBackend", "sample_chains"]
+__all__ = ["ChainConfig", "HMCConfig", "NUTSConfig", "HMCBackend", "NUTSBackend"]
 
 
 @dataclass
@@ -58,7 +58,7 @@ class ChainConfig:
         init: ``"map"`` (an Adam MAP fit first) or ``"current"`` (the network's weights).
         map_steps / map_lr / map_tol: the MAP fit's cap on full-batch Adam steps, its learning rate
             and its convergence tolerance (a relative change of the loss; it stops on convergence,
-            :func:`inference.optim.potential.initial_point`; 0: exactly ``map_steps`` cosine-decayed steps).
+            :func:`inference.optim.start.initial_point`; 0: exactly ``map_steps`` cosine-decayed steps).
         init_jitter: sd of the Gaussian jitter added to the start of every chain
             (unconstrained coordinates).
         pool_adaptation: estimate one inverse mass matrix from the warm-up draws of all
@@ -141,55 +141,6 @@ class NUTSConfig(ChainConfig):
             raise ValueError(f"max_tree_depth must be between 1 and 15, got {self.max_tree_depth}")
 
 
-# ---------------------------------------------------------------------- assembly
-def sample_chains(potential: Potential, z0: torch.Tensor, transition, config: ChainConfig, generator, progress: bool, name: str):
-    """Warm up and sample all chains; returns ``(z draws [C, S, D], stats {name: [C, S]}, record)``.
-
-    ``transition(state, step_size [C], metric, generator) -> (state, info)`` is a kernel of
-    :mod:`inference.mcmc.kernels`; ``z0`` ``[C, D]`` are the chains' starting points.
-    """
-    vg = potential.value_and_grad
-    lp, grad = vg(z0)
-    if not bool(torch.isfinite(lp).all() and torch.isfinite(grad).all()):
-        raise ValueError(
-            f"the log density or its gradient is not finite at the start of chains "
-            f"{(~torch.isfinite(lp)).nonzero().flatten().tolist()}; try init='map', a smaller init_jitter or check the data"
-        )
-    state = HMCState(z0, lp, grad)
-    adaptation, windows = window_adaptation(
-        config.warmup_steps, config.target_accept, dense=config.dense_mass, pooled=config.pool_adaptation,
-        adapt_step_size=config.adapt_step_size, adapt_mass=config.adapt_mass,
-        find_step_size=lambda s, step_size, metric: find_step_size(vg, s, step_size, metric, generator),
-    )  # fmt: skip
-    params = adaptation.init(state, torch.full((z0.shape[0],), float(config.step_size)))
-
-    def step(state, params):
-        new, info = transition(state, params.step_size, params.metric, generator)
-        return new, {**info, "lp": new.log_density, "step_size": params.step_size}
-
-    run = run_chains(
-        step, state, params=params, adaptation=adaptation, num_warmup=config.warmup_steps,
-        num_iterations=config.warmup_steps + config.num_samples * config.thin, num_draws=config.num_samples,
-        draw_index=thinned(config.warmup_steps, config.thin), progress=progress,
-        desc=f"{name} ({z0.shape[0]} chains, {z0.shape[1]} dims)",
-    )  # fmt: skip
-    stats = dict(run.stats)
-    stats["acceptance_rate"] = stats.pop("accept_prob")
-    for key in ("tree_depth", "n_steps"):
-        if key in stats:
-            stats[key] = stats[key].long()
-    metric = run.params.metric
-    record = {
-        "step_size": run.params.step_size.tolist(),
-        "inverse_mass_mean": (metric.inv_mass.diagonal(dim1=-2, dim2=-1) if metric.dense else metric.inv_mass).mean(-1).tolist(),
-        "warmup_divergences": run.warmup_divergences,
-        "adaptation_windows": windows,
-        "warmup_seconds": run.warmup_seconds,
-        "sampling_seconds": run.sampling_seconds,
-    }
-    return run.z, stats, record
-
-
 class HMCBackend(Backend):
     """Static HMC over the random sites (see the module docstring)."""
 
@@ -209,32 +160,22 @@ class HMCBackend(Backend):
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, config.map_tol)
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
-        jitter = (config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)).to(z0)
+        starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
         transition = LazyCompile(
             partial(self._transition, potential, config), config.compile,
             config.warmup_steps + config.num_samples * config.thin, unit_key(self.name, potential, config.num_chains),
             compile_blocker(bnn), progress, desc=f"{self.name}: compiling the {self.unit} (once per fit)",
         )  # fmt: skip
         with torch.no_grad(), frozen_deterministic(bnn):
-            z, stats, record = sample_chains(potential, z0 + jitter, transition, config, generator, progress, self.name)
-        divergences = int(stats["diverging"].sum())
-        if divergences:
-            warnings.warn(
-                f"{self.name}: {divergences} of {stats['diverging'].numel()} post-warm-up transitions diverged; "
-                f"the draws may be biased — raise target_accept (now {config.target_accept}) or reparameterise",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        saturated = tree_depth_saturation(stats["tree_depth"], config.max_tree_depth) if "tree_depth" in stats else 0.0
-        if saturated:
-            warnings.warn(
-                f"{self.name}: {saturated:.0%} of the post-warm-up transitions hit the maximum tree depth "
-                f"{config.max_tree_depth}: their trajectories were cut short, so the chains move slowly "
-                f"(expect low ESS and high R-hat); raise max_tree_depth, or simplify / reparameterise a badly "
-                f"conditioned posterior (docs/mcmc.md, 'When NUTS does not mix')",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            z, stats, record = sample_chains(
+                potential, starts, transition, generator, progress, self.name, warmup_steps=config.warmup_steps,
+                num_samples=config.num_samples, thin=config.thin, step_size=config.step_size,
+                target_accept=config.target_accept, dense_mass=config.dense_mass,
+                pool_adaptation=config.pool_adaptation, adapt_step_size=config.adapt_step_size,
+                adapt_mass=config.adapt_mass,
+            )  # fmt: skip
+        divergences, saturated = sampling_warnings(self.name, stats, config.target_accept,
+                                                   getattr(config, "max_tree_depth", None), stacklevel=3)
         info = {
             "backend": self.name,
             "config": asdict(config),

@@ -6,18 +6,19 @@ minibatch gradients g = ∇ log π̃(z) with the likelihood scaled by N/n.  The 
 are one ``[C, D]`` tensor and share each minibatch (one batched forward pass per step);
 their injected noise is independent.  This module holds the options and assembles the
 kernels of :mod:`inference.sgmcmc.updates` (SGLD, Welling & Teh 2011; pSGLD, Li et al. 2016;
-SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020) with the loop of
-:func:`inference.mcmc.driver.run_chains`:
+SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020) with the runner of
+:mod:`inference.sgmcmc.runner` (the loop of :func:`inference.mcmc.driver.run_chains`):
 
 * ``sgld`` / ``psgld`` / ``sghmc``: ``warmup_steps`` burn-in steps, then ``num_samples``
   draws ``thin`` steps apart; step size ε_t = ε₀ (1 + t/b)^−γ (``step_size`` ε₀,
   ``step_offset`` b, ``step_decay`` γ), Welling & Teh 2011's a (b + t)^−γ.
 
 ``step_size=None`` (the default) sets ε₀ / η / α₀ from the curvature at the start point
-(:mod:`inference.sgmcmc.step_sizes`): the spectral radius λ of the Hessian of −log π̃ on up to
-:data:`CURVATURE_ROWS` training rows (scaled by N/m), by power iteration on Hessian-vector
-products, and the rule of each sampler for the minibatch ratio r = N/n; ``info["step_size_rule"]``
-records λ, r and the step.
+(:func:`inference.sgmcmc.runner.curvature_step_size`, :mod:`inference.sgmcmc.step_sizes`): the
+spectral radius λ of the Hessian of −log π̃ on up to
+:data:`~inference.sgmcmc.step_sizes.CURVATURE_ROWS` training rows (scaled by N/m), by power iteration
+on Hessian-vector products, and the rule of each sampler for the minibatch ratio r = N/n;
+``info["step_size_rule"]`` records λ, r and the step.
 * ``csgmcmc``: ``num_cycles`` cosine cycles of ``cycle_length`` steps; ``num_samples /
   num_cycles`` draws ``thin`` steps apart from the end of each cycle's sampling phase.
 
@@ -29,22 +30,24 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Iterator, Optional
+from functools import partial
+from typing import Callable, Optional
 
 import pyro
 import torch
 
-from inference.mcmc.driver import run_chains, thinned
-from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
+from inference.mcmc.chains import jittered_starts
+from inference.mcmc.driver import thinned
+from inference.sgmcmc.runner import curvature_step_size, cycle_draw_index, gradient_estimator, sample_sgmcmc
 from inference.sgmcmc.step_sizes import (
-    CURVATURE_ROWS, PSGLD_WARM_START, cyclical_step_size, hessian_operator, preconditioned, rms_preconditioner,
-    sghmc_step_size, sgld_step_size,
-    spectral_radius,
+    PSGLD_WARM_START, cyclical_step_size, preconditioned, rms_preconditioner, sghmc_step_size, sgld_step_size,
 )  # fmt: skip
+from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from inference.posterior import SamplePosterior
 from inference.optim.batches import LoaderBatches, loader_info
-from inference.optim.potential import INIT_STRATEGIES, Potential, endless_batches, frozen_deterministic, initial_point
-from inference.backends.base import Backend, NonFiniteLossError, minibatches
+from inference.optim.potential import Potential, frozen_deterministic
+from inference.optim.start import INIT_STRATEGIES, initial_point
+from inference.backends.base import Backend
 
 __all__ = [
     "SGMCMCConfig",
@@ -226,36 +229,6 @@ class SGMCMCBackend(Backend):
         is the spectral radius of an operator, ``hessian`` that of −log π̃ at the start point."""
         return sgld_step_size(curvature(hessian), batch_ratio)
 
-    def _choose_step_size(self, config, potential, z0, estimate, loader, generator):
-        """``config`` with the default step size filled in, and the record of how it was chosen."""
-        if loader is None:
-            n = potential.num_data if config.batch_size is None else min(config.batch_size, potential.num_data)
-            rows = None
-            if potential.num_data > CURVATURE_ROWS:
-                rows = torch.randperm(potential.num_data, generator=generator)[:CURVATURE_ROWS]
-            x, y = (potential.x, potential.y) if rows is None else (potential.x[rows], potential.y[rows])
-        else:  # the loader's first batches, up to CURVATURE_ROWS rows
-            batches = []
-            for batch in loader.epoch(generator):
-                batches.append(batch)
-                if sum(b[0].shape[0] for b in batches) >= CURVATURE_ROWS:
-                    break
-            n = batches[0][0].shape[0]
-            x, y = (torch.cat([b[i] for b in batches]) for i in (0, 1))
-        batch_ratio = potential.num_data / n
-        hessian = hessian_operator(lambda z: -potential.batch_log_density(z.unsqueeze(0), x, y).squeeze(0), z0)
-        radii = []
-
-        def curvature(operator):
-            start = torch.randn(z0.shape, generator=generator).to(z0)
-            radii.append(spectral_radius(operator, start))
-            return radii[-1]
-
-        step = self.default_step_size(config, hessian, curvature, batch_ratio, z=z0, estimate=estimate,
-                                      num_data=potential.num_data)  # fmt: skip
-        record = {"curvature": radii[-1], "batch_ratio": batch_ratio, "step_size": step, "curvature_rows": x.shape[0]}
-        return replace(config, step_size=step), record
-
     def num_iterations(self, config) -> int:
         return config.warmup_steps + config.num_samples * config.thin
 
@@ -270,18 +243,14 @@ class SGMCMCBackend(Backend):
         potential = Potential(bnn, x, y)
         loader = x if isinstance(x, LoaderBatches) else None
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, data=loader)
-        z = z0 + (config.init_jitter * torch.randn(config.num_chains, potential.dim, generator=generator)).to(z0)
-        if loader is None:
-            indices = _endless_batches(potential.num_data, config.batch_size, generator)
-            estimate = lambda z: potential.value_and_grad(z, next(indices))  # noqa: E731
-        else:
-            batches = endless_batches(loader, generator)
-            estimate = lambda z: potential.batch_value_and_grad(z, *next(batches))  # noqa: E731
+        z = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
+        estimate = gradient_estimator(potential, loader, config.batch_size, generator)
         step_record = {}
         if config.step_size is None:
+            rule = partial(self.default_step_size, config, z=z0, estimate=estimate, num_data=potential.num_data)
             with frozen_deterministic(bnn):
-                config, step_record = self._choose_step_size(config, potential, z0, estimate, loader, generator)
-        kernel = self.kernel(estimate, config, potential.num_data)
+                step, step_record = curvature_step_size(potential, z0, rule, loader, config.batch_size, generator)
+            config = replace(config, step_size=step)
         info = {
             "backend": self.name,
             "config": asdict(config),
@@ -294,40 +263,12 @@ class SGMCMCBackend(Backend):
         }
         if step_record:
             info["step_size_rule"] = step_record
-
-        def posterior(draws, stats, num_kept: int, last_z) -> SamplePosterior:
-            info["fit_seconds"] = time.perf_counter() - started
-            if num_kept == 0:  # nothing collected yet: the last finite state, one draw per chain
-                info["draws_from_last_finite_state"] = True
-                return SamplePosterior(bnn, potential.draws(last_z.unsqueeze(1)), info=info)
-            kept = {k: v[:, :num_kept] for k, v in stats.items()}
-            return SamplePosterior(bnn, potential.draws(draws[:, :num_kept]), sample_stats=kept, info=info)
-
-        def step(state, _):
-            new = kernel.update(state, generator)
-            return new, {"lp": new.log_density, "step_size": torch.full_like(new.log_density, kernel.step_size(state.step))}
-
-        with torch.no_grad(), frozen_deterministic(bnn):
-            state = kernel.init(z)
-            if not bool(torch.isfinite(state.log_density).all() and torch.isfinite(state.grad).all()):
-                raise NonFiniteLossError(0, "the log density or its gradient", posterior(None, {}, 0, z))
-            run = run_chains(
-                step, state, num_iterations=self.num_iterations(config), num_draws=config.num_samples,
-                draw_index=self.draw_index(config), num_warmup=getattr(config, "warmup_steps", 0),
-                stop_on_non_finite=True, progress=progress, desc=f"{self.name} ({config.num_chains} chains)",
-            )  # fmt: skip
-        if run.stopped_at is not None:  # steps taken when the non-finite value appeared
-            result = posterior(run.z, run.stats, run.num_kept, run.state.z)
-            raise NonFiniteLossError(run.stopped_at + 1, "the log density or its gradient", result)
-        return posterior(run.z, run.stats, run.num_kept, run.state.z)
-
-
-def _endless_batches(num_data: int, batch_size, generator) -> Iterator[Optional[torch.Tensor]]:
-    if batch_size is None or batch_size >= num_data:
-        while True:
-            yield None
-    while True:
-        yield from minibatches(num_data, batch_size, generator)
+        return sample_sgmcmc(
+            bnn, potential, self.kernel(estimate, config, potential.num_data), z, generator, info, started,
+            num_iterations=self.num_iterations(config), num_draws=config.num_samples,
+            draw_index=self.draw_index(config), num_warmup=getattr(config, "warmup_steps", 0), progress=progress,
+            desc=f"{self.name} ({config.num_chains} chains)",
+        )  # fmt: skip
 
 
 def _decay(config):
@@ -385,12 +326,5 @@ class CyclicalSGMCMCBackend(SGMCMCBackend):
         return config.num_cycles * config.length
 
     def draw_index(self, config):
-        length, per_cycle, thin = config.length, config.num_samples // config.num_cycles, config.thin
-        first_kept = length - config.sampling_steps  # draws come from the end of each cycle
-
-        def draw_index(t: int) -> Optional[int]:
-            cycle, offset = divmod(t, length)
-            offset -= first_kept
-            return cycle * per_cycle + offset // thin if offset >= 0 and offset % thin == thin - 1 else None
-
-        return draw_index
+        return cycle_draw_index(config.length, config.num_samples // config.num_cycles, config.thin,
+                                config.sampling_steps)

@@ -2,8 +2,11 @@
 
 * :mod:`.curvature` — the generalised Gauss-Newton: full, diagonal and Kronecker-factored (KFAC)
   blocks, Jacobians of the network in chunks, the weight layout;
-* :mod:`.posterior` — the Gaussian posterior, its Kronecker roots, the linearised network and the
-  predictives (sampled network, GLM, probit, Laplace bridge).
+* :mod:`.map_ggn` — the MAP, the prior-whitened GGN there and the covariance root for a prior precision;
+* :mod:`.evidence` — the prior precision: the weight prior's moments, the Laplace evidence (log
+  marginal likelihood), MacKay's fixed point and the validation grid search;
+* :mod:`.posterior` — the Gaussian posterior, its Kronecker roots and draws, the linearised network and
+  the predictives (sampled network, GLM, probit, Laplace bridge).
 
-The backend is :mod:`inference.backends.laplace`.
+The backend :mod:`inference.backends.laplace` assembles these parts.
 """

@@ -2,7 +2,7 @@
 
 Σ is held by a square root ``S`` (Σ = S Sᵀ): dense ``[P, P]`` (full GGN), the sds ``[P]``
 (diagonal) or a :class:`KronRoot` (Kronecker-factored).  Predictives (``predictive`` of
-:class:`LaplacePosterior`, chosen by :class:`~inference.backends.laplace.LaplaceBackend`):
+:class:`LaplacePosterior`, chosen by the ``laplace`` backend's ``LaplaceConfig.predictive``):
 
 * ``"glm"``: the network linearised at the MAP, f(x; w) ≈ f(x; w*) + J(x)(w − w*) (the GLM
   predictive of Immer et al. 2021), evaluated at the posterior draws: Monte Carlo over the
@@ -35,7 +35,7 @@ from inference.laplace.curvature import KronBlock, WeightLayout, evaluation_mode
 from inference.posterior import SamplePosterior
 
 __all__ = ["KronRoot", "LinearisedNetwork", "LaplacePosterior", "PREDICTIVES", "probit_logits", "bridge_log_alpha",
-           "sample_offsets", "closed_form_nll"]
+           "sample_offsets", "gaussian_draws", "closed_form_nll"]
 
 #: the predictives of :class:`LaplacePosterior` (``probit`` and ``bridge`` for classification only)
 PREDICTIVES = ("glm", "sample", "probit", "bridge")
@@ -118,6 +118,19 @@ def sample_offsets(scale, eps: torch.Tensor) -> torch.Tensor:
     if isinstance(scale, KronRoot):
         return scale.sample(eps)
     return eps @ scale.T if scale.dim() == 2 else eps * scale
+
+
+def gaussian_draws(layout: WeightLayout, mean: torch.Tensor, scale, latents: dict, num_samples: int,
+                   seed: int) -> dict:
+    """``{site: [1, S, ...]}``: ``num_samples`` draws ``mean + S ε`` of the weights (``mean`` ``[P]``, ``scale`` a
+    root as in :func:`sample_offsets`, ε ~ N(0, I) from a generator seeded by ``seed`` on ``mean``'s device),
+    the likelihood's ``latents`` ``{site: [T]}`` repeated in every draw (one chain)."""
+    generator = torch.Generator(device=mean.device).manual_seed(seed)
+    eps = torch.randn(num_samples, layout.dim, generator=generator, dtype=mean.dtype, device=mean.device)
+    weights = mean + sample_offsets(scale, eps)
+    draws = {k: v.unsqueeze(0) for k, v in layout.unflatten(weights).items()}
+    draws.update({k: v.expand(1, num_samples, *v.shape).clone() for k, v in latents.items()})
+    return draws
 
 
 def _projected(scale, jac: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,8 @@
 * :mod:`.driver` — one warm-up / sampling loop for all of them (the SG-MCMC kernels of
   :mod:`inference.sgmcmc` too).
 * :mod:`.compilation` — when to ``torch.compile`` a transition (only where it pays).
+* :mod:`.chains` — HMC / NUTS chains from a start point: jittered starts, the windowed warm-up wired
+  to the driver, the run's record, the warnings on divergences and saturated trees.
 
 The backend :mod:`inference.backends.hmc` assembles these parts; docs/mcmc.md describes the algorithms and their measured behaviour.
 """

@@ -3,10 +3,12 @@ Guestrin 2014) and cyclical SG-MCMC (Zhang et al. 2020), over a batch of ``C`` c
 
 * :mod:`.updates` — the kernels as ``build(...) -> (init, update)`` pairs, and step-size schedules;
 * :mod:`.step_sizes` — default step sizes from the curvature at the start point;
+* :mod:`.runner` — minibatch gradient estimates, the curvature-based default step at the start
+  point, the kept steps of cyclical SG-MCMC, and the run of a kernel's chains (on
+  :func:`inference.mcmc.driver.run_chains`) into a posterior;
 * :mod:`.pyro_kernels` — the same samplers as Pyro ``MCMCKernel`` s for ``pyro.infer.MCMC``.
 
-The chains run on :func:`inference.mcmc.driver.run_chains`; the backend is
-:mod:`inference.backends.sgmcmc`.
+The backend :mod:`inference.backends.sgmcmc` assembles these parts.
 """
 from inference.sgmcmc.updates import Kernel, cosine_cycle, cyclical, polynomial_decay, psgld, sghmc, sgld
 

@@ -59,10 +59,10 @@ from inference.sgmcmc.step_sizes import (
     sgld_step_size, spectral_radius,
 )  # fmt: skip
 
-__all__ = ["SGLD", "PSGLD", "SGHMC", "INIT_STRATEGIES"]
+__all__ = ["SGLD", "PSGLD", "SGHMC", "PYRO_INIT_STRATEGIES"]
 
 #: ``init_strategy`` names and the Pyro init strategies they stand for
-INIT_STRATEGIES = {
+PYRO_INIT_STRATEGIES = {
     "uniform": init_to_uniform, "median": init_to_median, "mean": init_to_mean,
     "feasible": init_to_feasible, "sample": init_to_sample,
 }  # fmt: skip
@@ -118,9 +118,9 @@ class _StochasticGradientKernel(MCMCKernel):
         if not self._default_step:
             _positive("step_size", self._schedule(0))  # a schedule must start positive too
         if isinstance(init_strategy, str):
-            if init_strategy not in INIT_STRATEGIES:
-                raise ValueError(f"unknown init_strategy {init_strategy!r}; valid: {', '.join(INIT_STRATEGIES)}")
-            init_strategy = INIT_STRATEGIES[init_strategy]
+            if init_strategy not in PYRO_INIT_STRATEGIES:
+                raise ValueError(f"unknown init_strategy {init_strategy!r}; valid: {', '.join(PYRO_INIT_STRATEGIES)}")
+            init_strategy = PYRO_INIT_STRATEGIES[init_strategy]
         self._init_strategy = init_strategy
         self.transforms: Optional[dict] = None  # site -> constrained-to-unconstrained transform, set by setup
         self._initial_params: Optional[dict] = None
@@ -317,7 +317,7 @@ class SGLD(_StochasticGradientKernel):
     z ← z + (ε_t/2) g + √ε_t ξ on the unconstrained space; ``step_size`` is ε (a float), a
     schedule t -> ε_t (e.g. :func:`inference.sgmcmc.updates.polynomial_decay`, Welling & Teh's
     a(b + t)^−γ) or ``None`` (default: the curvature rule, module docstring; also for
-    :class:`PSGLD` and :class:`SGHMC`).  ``init_strategy``: a name in :data:`INIT_STRATEGIES` or a Pyro init strategy.
+    :class:`PSGLD` and :class:`SGHMC`).  ``init_strategy``: a name in :data:`PYRO_INIT_STRATEGIES` or a Pyro init strategy.
     """
 
     def _build(self, value_and_grad) -> Kernel:
