@@ -8,7 +8,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from inference.fitting import fit
-from inference.backends.deep_ensemble import DeepEnsembleConfig, fgsm_epsilon, fgsm_inputs
+from inference.backends.deep_ensemble import DeepEnsembleConfig
+from inference.ensembles.deep import fgsm_epsilon, fgsm_inputs
 from lab.runs import RunSpec, _backend_options, make_run_likelihood
 from zoo.architectures import build_architecture
 from zoo.bnn import BayesianNetwork

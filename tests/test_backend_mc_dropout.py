@@ -7,8 +7,10 @@ import torch.nn.functional as F
 
 from inference import load_posterior
 from inference.fitting import fit
-from inference.backends import mc_dropout
-from inference.backends.mc_dropout import DEFAULT_DROPOUT, GAL2016_DROPOUT_GRID, MCDropoutConfig, dropout_layers
+from inference.backends.mc_dropout import DEFAULT_DROPOUT, MCDropoutConfig
+from inference.dropout import gal2016
+from inference.dropout.gal2016 import GAL2016_DROPOUT_GRID
+from inference.dropout.masks import dropout_layers
 from lab.runs import RunSpec, _backend_options
 from torch.utils.data import DataLoader, TensorDataset
 from zoo.data import load_dataset
@@ -126,13 +128,13 @@ GAL = dict(protocol="gal2016", epochs=3, num_samples=30, progress=False)
 def test_gal2016_searches_the_grid_on_held_out_rows_then_refits(monkeypatch):
     x, y = _data(40)
     calls = []
-    train_cells = mc_dropout._train_cells
+    train_cells = gal2016.train_cells
 
     def spy(bnn, layers, xs, ys, cells, *args):
         calls.append((xs.shape[0], list(cells)))
         return train_cells(bnn, layers, xs, ys, cells, *args)
 
-    monkeypatch.setattr(mc_dropout, "_train_cells", spy)
+    monkeypatch.setattr(gal2016, "train_cells", spy)
     posterior = fit(_bnn(scale=2.0), x, y, backend="mc-dropout", seed=0, dropout_grid=[0.01, 0.2],
                     tau_grid=[0.5, 4.0], **GAL)
     rows = posterior.info["validation"]
@@ -152,13 +154,13 @@ def test_gal2016_cells_follow_the_papers_objective():
     layers = dropout_layers(bnn)
     config = MCDropoutConfig(protocol="gal2016", epochs=800).resolved()  # one step per epoch (40 rows < 128)
     cells = [(0.0, 1e-9), (0.0, 1e3)]  # λ = l²/(2Nτ): huge for a tiny τ, negligible for a large one
-    fitted = mc_dropout._train_cells(bnn, layers, x, y, cells, config, 0, False)
+    fitted = gal2016.train_cells(bnn, layers, x, y, cells, config, 0, False)
     norms = fitted["fc1.weight"].flatten(1).norm(dim=1)
     assert float(norms[0]) < 0.2 * float(norms[1])  # the weight decay shrinks the weights
     with torch.no_grad():
         errors = [float((bnn.forward_single({n: v[c] for n, v in fitted.items()}, x) - y).pow(2).mean()) for c in (0, 1)]
     assert errors[1] < 0.5 * float(y.var()) and errors[1] < errors[0]  # the other cell fits the data
-    start = mc_dropout._glorot_start(bnn, layers, 0)
+    start = gal2016.glorot_start(bnn, layers, 0)
     bound = (6 / (3 + 16)) ** 0.5
     assert float(start["fc1.weight"].abs().max()) <= bound and float(start["fc1.weight"].abs().max()) > 0.5 * bound
     assert torch.equal(start["fc1.bias"], torch.zeros(16))
@@ -167,13 +169,13 @@ def test_gal2016_cells_follow_the_papers_objective():
 def test_gal2016_without_tau_grid_learns_the_noise_and_searches_the_rate(monkeypatch):
     x, y = _data(40)
     rates = []
-    fit_rate = mc_dropout._fit_rate
+    fit_rate = gal2016.fit_dropout_map
 
     def spy(bnn, xs, ys, config, layers, rate, *args):
         rates.append((xs.shape[0], rate))
         return fit_rate(bnn, xs, ys, config, layers, rate, *args)
 
-    monkeypatch.setattr(mc_dropout, "_fit_rate", spy)
+    monkeypatch.setattr(gal2016, "fit_dropout_map", spy)
     posterior = fit(_bnn(), x, y, backend="mc-dropout", seed=0, **GAL)
     assert [r for _, r in rates[:-1]] == list(GAL2016_DROPOUT_GRID) and all(n == 32 for n, _ in rates[:-1])
     assert rates[-1] == (40, posterior.info["dropout"]) and posterior.info["tau"] is None

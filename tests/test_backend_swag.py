@@ -11,7 +11,8 @@ from torch import nn
 
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
-from inference.backends.swag import SWAGMoments, swag_samples
+from inference.swag.moments import init_moments, update_moments
+from inference.swag.posterior import swag_samples
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 FAST = {"batch_size": 10, "lr": 2e-3, "epochs": 50, "burnin_epochs": 50, "burnin_lr": 0.05}
@@ -36,9 +37,9 @@ def test_swa_mean_recovers_the_conjugate_posterior_mean(conjugate_regression, op
 
 def test_swag_draws_have_the_swag_covariance():
     g = torch.Generator().manual_seed(0)
-    moments = SWAGMoments(num_members=1, dim=4, max_rank=3)
+    moments = init_moments(num_members=1, dim=4, max_rank=3)
     for _ in range(7):
-        moments.collect(torch.randn(1, 4, generator=g) * torch.tensor([1.0, 2.0, 0.5, 1.0]))
+        update_moments(moments, torch.randn(1, 4, generator=g) * torch.tensor([1.0, 2.0, 0.5, 1.0]))
     d = moments.deviations[0]  # the last 3 deviations [K, P]
     expected = 0.5 * torch.diag(moments.variance[0]) + 0.5 * d.T @ d / (3 - 1)
     draws = swag_samples(moments, 40000, diag=False, generator=g)[0]

@@ -31,9 +31,10 @@ mixture's mean μ* = (1/M) Σ μ_m and variance σ*² = (1/M) Σ (σ_m² + μ_m�
 for the ensemble), and the reported log density is the mixture's own (the paper evaluates a Gaussian
 with those two moments instead).
 
-The members train as one model: their weights are stacked ``[M, ...]`` and one ``torch.func.vmap``-ed
-forward pass serves all of them (each member its own minibatch), one Adam steps all (Adam is
-element-wise, so each member's update is the one it would get alone).  ``vectorise=False``, or a
+The members train as one model (:func:`inference.ensembles.deep.fit_deep_ensemble`): their weights
+are stacked ``[M, ...]`` and one ``torch.func.vmap``-ed forward pass serves all of them (each member its
+own minibatch), one Adam steps all (Adam is element-wise, so each member's update is the one it would
+get alone).  ``vectorise=False``, or a
 network without ``vmap`` rules, runs the members' forward passes one after another in the same loop.
 Trainable deterministic parameters (``stochastic`` other than ``"all"``) belong to one network shared
 by every draw: member 0 fits them with its random sites first, and the other members then fit their
@@ -46,22 +47,17 @@ seeded generators, so a fit draws nothing from the global RNG.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-import torch
-from torch.distributions import biject_to
-from torch.func import vmap
-
+from inference.ensembles.deep import fgsm_epsilon, fit_deep_ensemble
 from inference.posterior import SamplePosterior
-from inference.optim.potential import Potential, frozen_deterministic
-from inference.backends.base import Backend, NonFiniteLossError
-from inference.backends.ensemble import member_initial_values
+from inference.backends.base import Backend
 
-__all__ = ["DeepEnsembleConfig", "DeepEnsembleBackend", "fgsm_epsilon", "fgsm_inputs"]
+__all__ = ["DeepEnsembleConfig", "DeepEnsembleBackend"]
+
 
 @dataclass
 class DeepEnsembleConfig:
@@ -104,99 +100,6 @@ class DeepEnsembleConfig:
                              f"number, e.g. 0.01 as in Lakshminarayanan et al. 2017; got {self.epsilon}")
 
 
-def fgsm_epsilon(x: torch.Tensor, fraction: float) -> torch.Tensor:
-    """ε per input element ``x.shape[1:]``: ``fraction`` × (max − min) over the rows of ``x`` ``[N, ...]``."""
-    return fraction * (x.amax(0) - x.amin(0))
-
-
-def fgsm_inputs(x: torch.Tensor, gradient: torch.Tensor, epsilon: torch.Tensor) -> torch.Tensor:
-    """The fast-gradient-sign perturbation x + ε ⊙ sign(∇ₓ ℓ), detached (Goodfellow et al. 2015).
-
-    ``x`` and ``gradient`` ``[..., n, *input_shape]``; ``epsilon`` broadcastable ``input_shape``."""
-    return (x + epsilon * gradient.sign()).detach()
-
-
-class _Members:
-    """The stacked members' loss on per-member minibatches ``[M, n, ...]``, by ``vmap`` or a loop.
-
-    ``values`` hold the weights ``{site: [M, ...]}`` and the likelihood latents in unconstrained
-    coordinates (``transforms`` maps them to their support, as the MAP fit does)."""
-
-    def __init__(self, bnn, vectorise: bool, num_data: int, use_prior: bool, transforms: dict):
-        self.bnn, self.num_data, self.use_prior, self.transforms = bnn, num_data, use_prior, transforms
-        batched = vectorise and bnn.batched_draws is not False
-        self.vectorised = batched
-        self._forward = vmap(bnn.forward_single, in_dims=(0, 0), randomness="different") if batched else None
-
-    def constrained(self, values: dict) -> dict:
-        return {n: self.transforms[n](v) if n in self.transforms else v for n, v in values.items()}
-
-    def outputs(self, weights: dict, xb: torch.Tensor) -> torch.Tensor:
-        """Network outputs ``[M, n, O]`` of member m at its inputs ``xb[m]``."""
-        if self._forward is not None:
-            return self._forward(weights, xb)
-        return torch.stack([self.bnn.forward_single({n: v[m] for n, v in weights.items()}, xb[m])
-                            for m in range(xb.shape[0])])
-
-    def losses(self, values: dict, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """Each member's mean negative log-likelihood on its batch (plus −log prior / N) ``[M]``."""
-        current = self.constrained(values)
-        f = self.outputs({n: v for n, v in current.items() if n not in self.transforms}, xb)
-        nll = -self.bnn.likelihood.distribution(f, {n: current[n] for n in self.transforms}).log_prob(yb)
-        nll = nll.reshape(nll.shape[0], nll.shape[1], -1).sum(-1).mean(1)  # targets summed, batch mean
-        if self.use_prior:
-            priors = self.bnn.prior_distributions()
-            log_prior = torch.stack([sum(priors[n].log_prob(v[m]) for n, v in current.items())
-                                     for m in range(nll.shape[0])])
-            nll = nll - log_prior / self.num_data
-        return nll
-
-
-def _train(members: _Members, start: dict, x, y, config: DeepEnsembleConfig, seeds: list, epsilon, extra_params,
-           progress: bool, desc: str):
-    """Train the members ``start`` ``{site: [M, ...]}`` (member m shuffles with ``seeds[m]``).
-
-    Returns ``(values, histories, error)``: final values, per-member loss per epoch, and the
-    :class:`NonFiniteLossError` that stopped the run (``None`` if it finished; ``values`` then hold the
-    last finite point)."""
-    from tqdm.auto import tqdm
-
-    values = {n: v.detach().clone().requires_grad_(True) for n, v in start.items()}
-    params = list(values.values()) + list(extra_params)
-    optimizer = torch.optim.Adam(params, lr=config.lr)
-    num_data, count = x.shape[0], len(seeds)
-    batch = num_data if config.batch_size is None else min(int(config.batch_size), num_data)
-    generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
-    histories = [[] for _ in seeds]
-    step = 0
-    for _ in tqdm(range(int(config.epochs)), desc=desc, disable=not progress):
-        order = torch.stack([torch.randperm(num_data, generator=g) for g in generators]).to(x.device)
-        sums = torch.zeros(count, dtype=x.dtype if x.is_floating_point() else torch.float32, device=x.device)
-        for begin in range(0, num_data, batch):
-            index = order[:, begin:begin + batch]
-            xb, yb = x[index], y[index]
-            if config.adversarial:
-                xb = xb.detach().requires_grad_(True)
-                clean = members.losses(values, xb, yb)
-                gradient, = torch.autograd.grad(clean.sum(), xb, retain_graph=True)
-                loss = clean + members.losses(values, fgsm_inputs(xb, gradient, epsilon), yb)
-            else:
-                loss = members.losses(values, xb, yb)
-            total = loss.sum()
-            if not torch.isfinite(total):
-                return values, histories, NonFiniteLossError(step, "the loss of a deep-ensemble member")
-            optimizer.zero_grad()
-            total.backward()
-            if not all(torch.isfinite(p.grad).all() for p in params if p.grad is not None):
-                return values, histories, NonFiniteLossError(step, "the gradient of a deep-ensemble member")
-            optimizer.step()
-            sums += loss.detach() * index.shape[1]
-            step += 1
-        for m in range(count):
-            histories[m].append(float(sums[m]) / num_data)
-    return values, histories, None
-
-
 class DeepEnsembleBackend(Backend):
     """Deep ensembles of mean-variance networks with adversarial training (see the module docstring)."""
 
@@ -213,41 +116,15 @@ class DeepEnsembleBackend(Backend):
                              f"point ({x.dtype}); use adversarial=False")
         count = int(config.num_members)
         epsilon = fgsm_epsilon(x, config.epsilon) if config.adversarial else None
-        potential = Potential(bnn, x, y)  # the latents' priors and starting values (their prior medians)
-        transforms = {n: biject_to(potential.priors[n].support) for n in bnn.latent_priors()}
-        latents = {n: transforms[n].inv(v) for n, v in potential.latent_init().items()}
-        starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + m) for m in range(1, count)]
-        starts = [{**start, **latents} for start in starts]
-        stacked = {n: torch.stack([s[n].to(x) for s in starts]) for n in bnn.site_names}
-        members = _Members(bnn, config.vectorise, x.shape[0], config.prior, transforms)
-        shared = bnn.deterministic_parameters()
-        stages = [(0, 1, shared), (1, count, [])] if shared else [(0, count, [])]
-        values, histories, error = {}, [], None
-        for first, last, extra in stages:  # minibatch orders and starts are seeded: no global RNG is used
-            if first >= last or error is not None:
-                continue
-            context = frozen_deterministic(bnn) if (shared and first > 0) else contextlib.nullcontext()
-            with context:
-                part, part_histories, error = _train(
-                    members, {n: v[first:last] for n, v in stacked.items()}, x, y, config,
-                    [seed + m for m in range(first, last)], epsilon, extra, progress,
-                    f"deep-ensemble members {first + 1}-{last}/{count}")
-            for n, v in part.items():
-                values.setdefault(n, []).append(v.detach())
-            histories += part_histories
-        draws = {n: torch.cat(v) for n, v in values.items()}
-        if len(histories) < count:  # a member stopped early: the others keep their starting point
-            draws = {n: torch.cat([d, stacked[n][d.shape[0]:]]) for n, d in draws.items()}
-        with torch.no_grad():
-            draws = {n: v.unsqueeze(1) for n, v in members.constrained(draws).items()}
-            histories += [[] for _ in range(count - len(histories))]
+        fitted = fit_deep_ensemble(bnn, x, y, config, seed, epsilon, progress)
+        histories = fitted.histories
         info = {"backend": self.name, "config": asdict(config), "seed": seed, "num_data": x.shape[0],
                 "fit_seconds": time.perf_counter() - started, "member_seeds": [seed + m for m in range(count)],
-                "vectorised": members.vectorised, "epsilon": None if epsilon is None else epsilon.tolist(),
+                "vectorised": fitted.vectorised, "epsilon": None if epsilon is None else epsilon.tolist(),
                 "history": {"epoch": list(range(len(histories[0]))), "loss": histories[0]},
                 "member_histories": histories}
-        posterior = SamplePosterior(bnn, draws, info=info)
-        if error is not None:
-            error.posterior = posterior
-            raise error
+        posterior = SamplePosterior(bnn, fitted.draws, info=info)
+        if fitted.error is not None:
+            fitted.error.posterior = posterior
+            raise fitted.error
         return posterior

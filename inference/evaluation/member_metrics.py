@@ -17,8 +17,6 @@ how much the members disagree:
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from zoo.likelihoods.mixture import PredictiveMixture
@@ -27,7 +25,7 @@ from inference.evaluation.metrics import evaluate
 from inference.posterior import SamplePosterior
 from inference.prediction import Prediction
 
-__all__ = ["member_posteriors", "member_predictions", "member_metrics", "disagreement", "member_initial_values"]
+__all__ = ["member_posteriors", "member_predictions", "member_metrics", "disagreement"]
 
 
 def member_posteriors(posterior: SamplePosterior) -> list[SamplePosterior]:
@@ -118,24 +116,3 @@ def member_metrics(posterior: SamplePosterior, x: torch.Tensor, y: torch.Tensor,
         "disagreement": disagreement(predictions, mixture),
     }
 
-
-def member_initial_values(bnn, seed: int) -> dict:
-    """Fresh site values ``{site: site-shaped}``: every layer's ``reset_parameters`` under ``seed``.
-
-    Raises:
-        ValueError: a random site whose layer has no ``reset_parameters`` (it cannot be re-initialised).
-    """
-    net = copy.deepcopy(bnn.net)
-    reset = set()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for prefix, module in net.named_modules():
-            if callable(getattr(module, "reset_parameters", None)):
-                module.reset_parameters()
-                reset.update(f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters(recurse=False))
-    missing = [s.name for s in bnn.sites if s.name not in reset]
-    if missing:
-        raise ValueError(f"cannot re-initialise ensemble members: the layers of {', '.join(missing)} have no "
-                         f"reset_parameters(); use num_members=1 or make those parameters deterministic")
-    params = dict(net.named_parameters())
-    return {s.name: s.from_param(params[s.name].detach()).clone() for s in bnn.sites}

@@ -1,11 +1,11 @@
-"""K MAP fits (the ``map`` backend, :func:`inference.backends.map.fit_map`) as one stacked program.
+"""K MAP fits (the ``map`` backend, :func:`inference.optim.map.fit_map`) as one stacked program.
 
 Fit k maximises its own ``log p(w_s, θ) + (N/n) Σ_batch log p(y | x, w_s, θ)`` from its own start
 (its network's weights or given values, the latents at their prior medians) on its own data and
 minibatch order (seed k); the stacked loop (:mod:`inference.multifit.stacked`) gives each fit the
 update it would get alone.  :func:`fit_map_stacked` returns what ``fit(bnns[k], xs[k], ys[k],
 backend="map", seed=seeds[k])`` returns, up to float rounding (a point mass: one chain of one
-draw); :func:`fit_map_members` the :class:`~inference.backends.map.MAPFit` s of K members of one
+draw); :func:`fit_map_members` the :class:`~inference.optim.map.MAPFit` s of K members of one
 model on one data set (the ``ensemble`` backend's members, each its own start and seed);
 :func:`fit_ensemble_stacked` K ``ensemble`` runs (K·M members) at once.
 """
@@ -17,8 +17,8 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from inference.backends.map import MAPFit, run_info, stack_members
-from inference.evaluation.member_metrics import member_initial_values
+from inference.ensembles.members import member_initial_values
+from inference.optim.map import MAPFit, run_info, stack_members
 from inference.posterior import SamplePosterior
 from inference.optim.potential import Potential
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
@@ -101,7 +101,7 @@ def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, 
                     progress: bool) -> tuple:
     """K MAP fits of one model on one data set ``x, y`` ``[N, ...]`` from ``starts`` with ``seeds``.
 
-    Member k is :func:`inference.backends.map.fit_map` ``(bnn, x, y, config, seeds[k], init_values=starts[k])``
+    Member k is :func:`inference.optim.map.fit_map` ``(bnn, x, y, config, seeds[k], init_values=starts[k])``
     to float rounding.  The model must train no deterministic parameters (:func:`inference.multifit.batch_blocker`).
     Returns ``(fits, stopped)``: a :class:`MAPFit` per member and per member ``None`` or the step at which its
     loss or gradient became non-finite (its fit then holds its last finite point).
@@ -115,8 +115,8 @@ def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, 
 def fit_ensemble_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
     """K ``ensemble`` fits of M = ``config.num_members`` members each, all K·M MAP fits as one stacked program.
 
-    Run k's member m starts where :class:`~inference.backends.ensemble.EnsembleBackend` starts it (member 0 at
-    the network's weights, member m ≥ 1 at :func:`~inference.evaluation.member_metrics.member_initial_values` under
+    Run k's member m starts where :func:`~inference.ensembles.map_members.fit_ensemble` starts it (member 0 at
+    the network's weights, member m ≥ 1 at :func:`~inference.ensembles.members.member_initial_values` under
     seed k + m) and shuffles with seed k + m.  Returns per run a :class:`~inference.posterior.SamplePosterior`
     of M chains, or a :class:`~inference.optim.training.NonFiniteLossError` carrying it when a member stopped.
     """

@@ -4,6 +4,7 @@
   annealing, learning-rate schedule, NaN stop with the step number) and its options;
 * :mod:`.potential` — the log density over the flattened random sites (HMC, SG-MCMC, Laplace, MAP);
 * :mod:`.start` — the samplers' start point (MAP or current values) with its plateau stop;
+* :mod:`.map` — the MAP fit (``map``, ensemble members, SWAG's burn-in, MC dropout) and its options;
 * :mod:`.batches` — minibatches from tensors or a ``DataLoader``;
 * :mod:`.lean_adam` — an Adam over flat parameter lists with a fused update;
 * :mod:`.latent_fit` — the likelihood's latent parameters at a fixed network.

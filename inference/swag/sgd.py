@@ -1,0 +1,70 @@
+"""The iterates SWAG summarises (Maddox et al. 2019; MultiSWAG, Wilson & Izmailov 2020): a burn-in,
+then SGD with momentum collecting snapshots.
+
+1. Burn-in: the members' MAP fits, ``burnin_epochs`` of minibatch Adam at ``burnin_lr`` (cosine
+   decay), as an ensemble (:func:`inference.ensembles.map_members.fit_ensemble`; in ``workers`` local
+   processes or Ray tasks): member 0 starts from the network's weights and fits the deterministic
+   parameters jointly; members m ≥ 1 start from a fresh initialisation under seed ``seed + m`` with the
+   deterministic parameters held at member 0's values.  Without burn-in the members start there.
+2. SWAG phase: ``epochs`` of minibatch SGD (momentum ``momentum``) on −log π(z)/N over the random
+   sites in unconstrained coordinates (:class:`inference.optim.potential.Potential`, the likelihood
+   scaled by N/n), deterministic parameters held.  The learning rate is constant (``lr``) or cyclical
+   (linear from ``lr`` down to ``lr_min`` over each collection period, Maddox et al. 2019, §3); a
+   snapshot is added to the moments (:func:`inference.swag.moments.update_moments`) every
+   ``collect_every`` steps.  All members take this phase together as one ``[M, D]`` batch (one batched
+   forward and backward pass per step, sharing the minibatch).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import pyro
+import torch
+
+from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
+from inference.ensembles.members import member_initial_values
+from inference.optim.batches import minibatches
+from inference.optim.potential import Potential, frozen_deterministic
+from inference.swag.moments import SWAGMoments, update_moments
+
+__all__ = ["swag_iterates"]
+
+
+def swag_iterates(bnn, x, y, config, seed: int, progress: bool, potential: Potential, moments: SWAGMoments,
+                  collect_every: int) -> tuple[torch.Tensor, Optional[int]]:
+    """Burn-in and the SWAG phase, collecting into ``moments`` (``M`` members, in place).
+
+    ``config`` is the ``swag`` / ``multiswag`` config (``epochs``, ``batch_size``, ``lr``, ``lr_schedule``,
+    ``lr_min``, ``momentum``, ``burnin_epochs``, ``burnin_lr``; ``workers`` and ``executor`` where it has them).
+    Returns ``(last finite z [M, D], step of a NaN/inf gradient or None)``.
+    """
+    num_members, num_data = moments.mean.shape[0], potential.num_data
+    burnin_epochs = config.epochs if config.burnin_epochs is None else config.burnin_epochs
+    if burnin_epochs:  # the burn-in is a deep ensemble of the members' MAP fits
+        burn_in = EnsembleOptions(epochs=burnin_epochs, batch_size=config.batch_size, lr=config.burnin_lr,
+                                  num_members=num_members, workers=int(getattr(config, "workers", 1)),
+                                  executor=getattr(config, "executor", "local"))
+        starts = fit_ensemble(bnn, x, y, burn_in, seed, progress).draws  # {site: [M, 1, ...]}
+        z = potential.pack({name: value[:, 0] for name, value in starts.items()})
+    else:
+        inits = [{}] + [member_initial_values(bnn, seed + m) for m in range(1, num_members)]
+        z = torch.stack([potential.pack({**bnn.initial_values(), **potential.latent_init(), **init}) for init in inits])
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    z = z.detach()
+    velocity = torch.zeros_like(z)
+    step = 0
+    with torch.no_grad(), frozen_deterministic(bnn):
+        for _ in range(config.epochs):
+            for index in minibatches(num_data, config.batch_size, generator):
+                phase = (step % collect_every + 1) / collect_every
+                lr = config.lr if config.lr_schedule == "constant" else (1 - phase) * config.lr + phase * config.lr_min
+                _, grad = potential.value_and_grad(z, index)
+                if not bool(torch.isfinite(grad).all()):
+                    return z, step
+                velocity = config.momentum * velocity + grad / num_data
+                z = z + lr * velocity
+                step += 1
+                if step % collect_every == 0:
+                    update_moments(moments, z)
+    return z, None
