@@ -31,19 +31,21 @@ import warnings
 import torch
 
 from inference.multifit import fit_many
-from lab.grids import UCI_BACKENDS, _bdl_options, _uci_cells, _uci_run
-from lab.runs import RunSpec, _backend_options, build_model, execute
+from lab.run_model import build_model
+from lab.run_spec import RunSpec, resolve_backend_options
+from lab.runs import execute
+from lab.uci_grids import UCI_BACKENDS, bdl_options, uci_cells, uci_run
 from zoo.data import load_dataset
 
 
 def _specs(dataset: str, backend: str, splits: int) -> list:
-    cells = [c for c in _uci_cells(False, None) if c[2] == dataset and c[0] < splits]
+    cells = [c for c in uci_cells(False, None) if c[2] == dataset and c[0] < splits]
     if not cells:
         raise ValueError(f"--datasets: no bundled UCI data set {dataset!r}")
     if backend in UCI_BACKENDS:
-        return [_uci_run(*cell, backend, "all", UCI_BACKENDS[backend][0]).spec for cell in cells]
+        return [uci_run(*cell, backend, "all", UCI_BACKENDS[backend][0]).spec for cell in cells]
     return [RunSpec(data=data, model="mlp", hidden=[50], stochastic="all", backend=backend, split=split,
-                    **_bdl_options(backend, epochs)) for split, data, _, epochs in cells]
+                    **bdl_options(backend, epochs)) for split, data, _, epochs in cells]
 
 
 def one_at_a_time(specs, datas) -> tuple[float, list]:
@@ -54,7 +56,7 @@ def one_at_a_time(specs, datas) -> tuple[float, list]:
 
 def batched(specs, datas) -> tuple[float, list]:
     started = time.process_time()
-    options = _backend_options(specs[0], datas[0])
+    options = resolve_backend_options(specs[0], datas[0])
     bnns = [build_model(spec, data) for spec, data in zip(specs, datas)]
     fits = fit_many(bnns, [d.x_train for d in datas], [d.y_train for d in datas], backend=specs[0].backend,
                     seeds=[spec.seed for spec in specs], **options)

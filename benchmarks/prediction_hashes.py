@@ -137,7 +137,8 @@ def multifit() -> str:
 
 
 def cli_run(spec_options: dict) -> str:
-    from lab.runs import RunSpec, execute
+    from lab.run_spec import RunSpec
+    from lab.runs import execute
     with tempfile.TemporaryDirectory() as folder:
         result = execute(RunSpec(seed=0, split=0, **spec_options), f"{folder}/run", progress=False)
         posterior = load_posterior(f"{folder}/run/posterior")

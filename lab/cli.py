@@ -4,7 +4,7 @@
 ``experiment`` (:mod:`lab.experiments`) and ``report`` (:mod:`lab.report`).  Every argument, option
 and the output path are validated before any fitting: bad ones exit with status 2 and a one-line
 reason on stderr (so does ``--out`` at an existing run without ``--overwrite``, or an experiment
-folder another process is using).  A fit whose posterior is unusable (:class:`lab.runs.RunFailed`,
+folder another process is using).  A fit whose posterior is unusable (:class:`lab.run_evaluation.RunFailed`,
 non-finite losses, or with ``--strict`` a fit flagged ``failed_fit``) exits with 1, Ctrl-C with 130
 and SIGTERM with 143, each with one line; an interrupted fit leaves the output path as it was (see
 :mod:`lab.store`).
@@ -34,7 +34,9 @@ from zoo.stochastic import SELECTOR_NAMES
 
 from .experiments import add_experiment_arguments, run_experiment_command
 from .report import add_report_arguments, run_report_command, write_report
-from .runs import RunFailed, RunSpec, execute
+from .run_evaluation import RunFailed
+from .run_spec import RunSpec
+from .runs import execute
 from .store import WriteError, interrupted, note_interrupt
 
 __all__ = ["main", "COMMANDS", "build_parser"]
@@ -131,7 +133,8 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="posterior draws (per chain for MCMC backends)")
     parser.add_argument("--pretrain-epochs", type=_non_negative_int,
                         help="deterministic pretraining epochs before VI (default epochs/4)")
-    parser.add_argument("--hidden", type=_positive_int, nargs="+", help="hidden layer widths (mlp default: 50)")
+    parser.add_argument("--hidden", type=_positive_int, nargs="+", help="hidden sizes: " + "; ".join(
+        f"{name}: {entry.hidden_help}" for name, entry in ARCHITECTURES.items() if entry.hidden_help))
     parser.add_argument("--activation", help="hidden activation (relu, tanh, ...)")
     parser.add_argument("--prior", default="normal", help=f"weight prior: {', '.join(PRIORS)} (default normal)")
     parser.add_argument("--prior-scale", type=float, help="prior scale (default 1.0; pretrained: 0.5)")
@@ -173,7 +176,7 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args) -> RunSpec:
-    """The :class:`~lab.runs.RunSpec` of parsed ``fit`` arguments (``--option`` values read as JSON)."""
+    """The :class:`~lab.run_spec.RunSpec` of parsed ``fit`` arguments (``--option`` values read as JSON)."""
     noise = args.noise if args.noise == "learned" else _float_arg("--noise", args.noise)
     options = {BACKEND_FLAGS[k]: getattr(args, k) for k in BACKEND_FLAGS if getattr(args, k) is not None}
     for key, value in (_option_arg(text) for text in args.option):

@@ -1,6 +1,6 @@
-"""What a grid run is made of: :class:`Run`, :class:`Experiment`, the dataset builders and extra metrics.
+"""What a grid run is made of: :class:`GridRun`, :class:`Experiment`, the dataset builders and extra metrics.
 
-A grid (:mod:`lab.grids`) is a list of :class:`Run` s: a :class:`lab.runs.RunSpec`, the labels
+A grid (:mod:`lab.grids`) is a list of :class:`GridRun` s: a :class:`lab.run_spec.RunSpec`, the labels
 that identify its configuration in the result tables, and optionally a dataset builder (a name
 in :data:`DATASETS`, for data that :func:`zoo.data.load_dataset` cannot express) and a
 prerequisite run whose output the builder reads (e.g. last-layer inference on the *frozen* body
@@ -18,17 +18,23 @@ import torch
 
 from inference import load_posterior
 from inference.backends import BACKENDS
-from lab.runs import RunSpec
+from lab.run_spec import RunSpec
 from zoo.architectures import output_modules
 from zoo.data import Dataset, euler_increments, load_dataset, load_uci_full_random_split, wrap_degrees
 
-__all__ = ["Run", "Experiment", "DATASETS", "EXTRAS", "CONFIDENCE_THRESHOLDS", "load_run_data",
+__all__ = ["GridRun", "Experiment", "run_key", "DATASETS", "EXTRAS", "CONFIDENCE_THRESHOLDS", "load_run_data",
            "available_backends", "frozen_features"]
 
 
+def run_key(*parts) -> str:
+    """A run directory's name from its configuration's parts (``""`` parts left out; spaces, ``/`` and
+    ``:`` made ``_``)."""
+    return "-".join(str(p).replace(" ", "_").replace("/", "_").replace(":", "_") for p in parts if p != "")
+
+
 @dataclass
-class Run:
-    """One cell of a grid.
+class GridRun:
+    """One cell of a grid (one run of it).
 
     Attributes:
         key: the run directory's name under ``OUT/runs/`` (unique in the grid).
@@ -51,7 +57,7 @@ class Run:
 
 @dataclass
 class Experiment:
-    """A named grid: ``build(fast, data_root) -> [Run]`` and how to summarise it.
+    """A named grid: ``build(fast, data_root) -> [GridRun]`` and how to summarise it.
 
     ``group`` are the label columns a configuration is identified by (mean ± standard error
     over the others, i.e. splits / seeds); ``metrics`` the columns of ``summary.md``;
@@ -141,7 +147,7 @@ def frozen_features(data: Dataset, net: torch.nn.Module, cutoff: float = WHITENI
                                info={**data.info, "whitened": whitened})
 
 
-def load_run_data(run: Run, root, prerequisite: Optional[Run] = None) -> Optional[Dataset]:
+def load_run_data(run: GridRun, root, prerequisite: Optional[GridRun] = None) -> Optional[Dataset]:
     """The data of ``run`` (``None``: :func:`lab.runs.execute` loads ``spec.data`` itself).
 
     ``root`` is the folder of the grid's run directories; ``prerequisite`` the run named by
@@ -152,24 +158,24 @@ def load_run_data(run: Run, root, prerequisite: Optional[Run] = None) -> Optiona
     return DATASETS[run.dataset](run, Path(root), prerequisite)
 
 
-def _frozen(run: Run, root: Path, prerequisite: Run, whiten: bool = True) -> Dataset:
+def _frozen(run: GridRun, root: Path, prerequisite: GridRun, whiten: bool = True) -> Dataset:
     spec = prerequisite.spec
     base = load_run_data(prerequisite, root) or load_dataset(spec.data, split=spec.split, seed=spec.seed,
                                                              **spec.data_options)
     return frozen_features(base, load_posterior(root / run.after / "posterior").bnn.net, whiten=whiten)
 
 
-def _frozen_states(run: Run, root: Path, prerequisite: Run) -> Dataset:
+def _frozen_states(run: GridRun, root: Path, prerequisite: GridRun) -> Dataset:
     return _frozen(run, root, prerequisite, whiten=False)
 
 
-def _uci_random(run: Run, root, prerequisite) -> Dataset:
+def _uci_random(run: GridRun, root, prerequisite) -> Dataset:
     options = run.spec.data_options
     return load_uci_full_random_split(run.spec.data.partition(":")[2], test_fraction=options["test_fraction"],
                                       seed=options["split_seed"], standardise_on=options["standardise_on"])
 
 
-def _euler_increments(run: Run, root, prerequisite) -> Dataset:
+def _euler_increments(run: GridRun, root, prerequisite) -> Dataset:
     return euler_increments(load_dataset(run.spec.data, seed=run.spec.seed, **run.spec.data_options))
 
 

@@ -24,8 +24,10 @@ from inference.multifit import STACKED_BACKENDS, fit_many
 from inference.posterior import to_jsonable
 from zoo.data import load_dataset
 
-from .grid_runs import EXTRAS, Run
-from .runs import _backend_options, build_model, execute, validate_spec, write_run
+from .grid_runs import EXTRAS, GridRun
+from .run_model import build_model
+from .run_spec import resolve_backend_options, validate_spec
+from .runs import execute, write_run
 
 __all__ = ["RunBatch", "batch_key", "group_runs", "run_batch"]
 
@@ -42,7 +44,7 @@ class RunBatch:
         return f"{self.runs[0].key} (+{len(self.runs) - 1} batched)"
 
 
-def batch_key(run: Run) -> Optional[str]:
+def batch_key(run: GridRun) -> Optional[str]:
     """What runs must share to be stacked (their spec but split and seed), or ``None`` for a run fitted alone."""
     spec = run.spec
     if spec.backend not in STACKED_BACKENDS or run.dataset is not None or run.after is not None \
@@ -53,7 +55,7 @@ def batch_key(run: Run) -> Optional[str]:
 
 
 def group_runs(runs: list, size: int) -> list:
-    """``runs`` as :class:`Run` s and :class:`RunBatch` es of at most ``size`` compatible runs, in the
+    """``runs`` as :class:`GridRun` s and :class:`RunBatch` es of at most ``size`` compatible runs, in the
     order of each group's first run (``size`` ≤ 1: every run alone)."""
     if size <= 1:
         return list(runs)
@@ -87,7 +89,7 @@ def run_batch(batch: RunBatch, root, run_alone, threads: Optional[int] = 1) -> d
         for run in runs:
             validate_spec(run.spec)
         datas = [load_dataset(r.spec.data, split=r.spec.split, seed=r.spec.seed, **r.spec.data_options) for r in runs]
-        options = [_backend_options(r.spec, d) for r, d in zip(runs, datas)]
+        options = [resolve_backend_options(r.spec, d) for r, d in zip(runs, datas)]
         if any(o != options[0] for o in options):
             raise ValueError("the runs' resolved options differ")
         bnns = [build_model(r.spec, d) for r, d in zip(runs, datas)]

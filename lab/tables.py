@@ -1,11 +1,13 @@
 """Result tables and figures of an experiment grid: mean ± standard error per configuration.
 
+:func:`write_tables` writes them all from the grid's finished runs (:func:`collect`);
 :func:`summarise` turns ``results.csv`` rows (one per run) into the summary table,
 :func:`summary_markdown` into ``summary.md`` (:func:`timing_line` its wall-time line), and
 :func:`make_figures` draws the grid's figure.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -13,8 +15,51 @@ from typing import Optional
 import pandas as pd
 
 from .grid_runs import CONFIDENCE_THRESHOLDS, Experiment
+from .grid_worker import is_finished, metrics_path
 
-__all__ = ["summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES"]
+__all__ = ["collect", "write_tables", "summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES"]
+
+
+def collect(runs, root):
+    """One row per finished run: key, labels and scalar metrics (a pandas DataFrame)."""
+    rows = []
+    for run in runs:
+        if not is_finished(root, run):
+            continue
+        metrics = json.loads(metrics_path(root, run.key).read_text())
+        scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        rows.append({"key": run.key, **scalars, **run.labels})
+    return pd.DataFrame(rows)
+
+
+def write_tables(experiment: Experiment, runs, root, out, failures, timing: Optional[dict] = None):
+    """Write results.csv, summary.csv, summary.md, failures.txt and figures into ``out``.
+
+    ``timing`` (``wall_seconds``, ``workers``, ``executor``, ``fitted``, ``found_done``, optionally
+    ``not_started``) adds the wall-time line to ``summary.md``.
+    """
+    out = Path(out)
+    results = collect(runs, root)
+    for entry in out.iterdir():  # a link at an output name (e.g. planted in a received folder) is replaced,
+        if entry.is_symlink() and entry.suffix in (".csv", ".md", ".txt", ".png"):  # never written through
+            entry.unlink()
+    files = []
+    if failures:
+        (out / "failures.txt").write_text("".join(f"{k}\t{v}\n" for k, v in sorted(failures.items())))
+        files.append(out / "failures.txt")
+    else:
+        (out / "failures.txt").unlink(missing_ok=True)  # from an earlier, failed attempt
+    if results.empty:
+        return results, results, files
+    summary = summarise(results, experiment.group)
+    results.to_csv(out / "results.csv", index=False)
+    summary.to_csv(out / "summary.csv", index=False)
+    flagged = results.loc[results["failed_fit"].eq(True), "key"] if "failed_fit" in results else ()
+    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures, flagged)
+                                    + timing_line(results, timing))
+    files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
+    files += make_figures(experiment.name, summary, out)
+    return results, summary, files
 
 
 def summarise(results, group) -> "pd.DataFrame":

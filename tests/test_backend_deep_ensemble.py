@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from inference.fitting import fit
 from inference.backends.deep_ensemble import DeepEnsembleConfig
 from inference.ensembles.deep import fgsm_epsilon, fgsm_inputs
-from lab.runs import RunSpec, _backend_options, make_run_likelihood
+from lab.run_spec import RunSpec, make_run_likelihood, resolve_backend_options
 from zoo.architectures import build_architecture
 from zoo.bnn import BayesianNetwork
 from zoo.data import load_dataset
@@ -108,7 +108,7 @@ def test_the_run_layer_gives_mean_variance_members_and_the_paper_budget():
     assert isinstance(make_run_likelihood(spec, "classification"), CategoricalLikelihood)
     assert isinstance(make_run_likelihood(RunSpec(data="uci:yacht", backend="ensemble"), "regression"),
                       GaussianLikelihood)
-    options = _backend_options(spec, load_dataset("uci:yacht", split=0))
+    options = resolve_backend_options(spec, load_dataset("uci:yacht", split=0))
     assert "epochs" not in options and DeepEnsembleConfig().epochs == 40 and DeepEnsembleConfig().batch_size == 100
 
 

@@ -11,7 +11,7 @@ from inference.backends.mc_dropout import DEFAULT_DROPOUT, MCDropoutConfig
 from inference.dropout import gal2016
 from inference.dropout.gal2016 import GAL2016_DROPOUT_GRID
 from inference.dropout.masks import dropout_layers
-from lab.runs import RunSpec, _backend_options
+from lab.run_spec import RunSpec, resolve_backend_options
 from torch.utils.data import DataLoader, TensorDataset
 from zoo.data import load_dataset
 from zoo.architectures import build_architecture
@@ -186,8 +186,8 @@ def test_gal2016_budget_and_bad_models():
     assert MCDropoutConfig().resolved().epochs == 200 and MCDropoutConfig(protocol="gal2016").resolved().epochs == 4000
     data = load_dataset("uci:yacht", split=0)
     spec = RunSpec(data="uci:yacht", backend="mc-dropout", backend_options={"protocol": "gal2016"})
-    assert "epochs" not in _backend_options(spec, data)  # the protocol's 4000, not the run layer's default
-    assert "epochs" in _backend_options(RunSpec(data="uci:yacht", backend="mc-dropout"), data)
+    assert "epochs" not in resolve_backend_options(spec, data)  # the protocol's 4000, not the run layer's default
+    assert "epochs" in resolve_backend_options(RunSpec(data="uci:yacht", backend="mc-dropout"), data)
     x, y = _data(10)
     with pytest.raises(ValueError, match="learn_noise=True"):
         fit(_bnn(learn_noise=False), x, y, backend="mc-dropout", tau_grid=[1.0], **GAL)

@@ -12,7 +12,9 @@ import torch
 import lab.runs
 from inference import fit, load_netcdf, load_posterior
 from lab.cli import main
-from lab.runs import RUN_FILES, RunSpec, build_model
+from lab.run_model import build_model
+from lab.run_spec import RunSpec
+from lab.runs import RUN_FILES
 from lab.store import verify_run
 from zoo.data import load_dataset
 

@@ -12,16 +12,17 @@ import pandas as pd
 import pytest
 import torch
 
-from lab.runs import RunSpec
-from lab import grids
+from lab import uci_grids
+from lab.run_spec import RunSpec
 from zoo.architectures import build_architecture, output_modules
 from lab.cli import main
 from zoo.data import Dataset
-from lab.grid_runs import Experiment, Run, frozen_features
+from lab.experiments import run_experiment
+from lab.grid_runs import Experiment, GridRun, frozen_features
+from lab.grid_worker import is_finished
 from lab.grids import EXPERIMENTS
-from lab.experiments import is_finished, run_experiment
-from lab.tables import summarise
 from lab.store import RunLock, seal
+from lab.tables import summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,7 +64,7 @@ def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path):
     assert third["skipped"] == 2 and all(is_finished(out / "runs", runs[key]) for key in damaged)
     assert len(pd.read_csv(out / "results.csv")) == 6
     # a run whose spec changed is not taken from the cache
-    changed = Run("det-0", RunSpec(**{**runs["det-0"].spec.to_dict(), "epochs": 4}), {})
+    changed = GridRun("det-0", RunSpec(**{**runs["det-0"].spec.to_dict(), "epochs": 4}), {})
     assert is_finished(out / "runs", runs["det-0"]) and not is_finished(out / "runs", changed)
 
 
@@ -104,10 +105,10 @@ def test_summarise_mean_and_standard_error():
 
 def test_failed_run_is_reported_and_its_dependants_skipped(tmp_path, monkeypatch, capsys):
     common = dict(data="toy1d", model="mlp", hidden=[4], epochs=1, num_samples=5)
-    ok = Run("ok", RunSpec(**common), {"variant": "ok"})
-    bad = Run("bad", RunSpec(**common, backend_options={"no_such_option": 1}), {"variant": "bad"})
-    child = Run("child", RunSpec(**common), {"variant": "child"}, dataset="frozen-features", after="bad")
-    diverged = Run("diverged", RunSpec(data="toy1d", hidden=[4], backend="hmc", num_samples=5, backend_options=dict(
+    ok = GridRun("ok", RunSpec(**common), {"variant": "ok"})
+    bad = GridRun("bad", RunSpec(**common, backend_options={"no_such_option": 1}), {"variant": "bad"})
+    child = GridRun("child", RunSpec(**common), {"variant": "child"}, dataset="frozen-features", after="bad")
+    diverged = GridRun("diverged", RunSpec(data="toy1d", hidden=[4], backend="hmc", num_samples=5, backend_options=dict(
         num_chains=1, warmup_steps=0, step_size=50.0, adapt_step_size=False, init="current", num_steps=2,
         compile=False)), {"variant": "diverged"})  # every transition diverges: a failed run, not a result
     broken = Experiment("broken", "a grid with a failing run", lambda fast, root: [ok, bad, child, diverged],
@@ -156,7 +157,7 @@ def test_grids_cover_the_seeds_variants():
     structured = EXPERIMENTS["structured-stochasticity"].build(True, None)
     assert {r.labels["variant"] for r in structured} >= {"vanilla MFVI", "heavy-map", "light-const", "random-zero"}
     assert all(r.spec.noise == 0.1 and r.spec.hidden == [50, 50] for r in structured)
-    assert grids._uci_published({"dataset": "energy"})["MC dropout (published)"] == "1.66 / −1.99"
+    assert uci_grids.uci_published({"dataset": "energy"})["MC dropout (published)"] == "1.66 / −1.99"
 
 
 def test_cli_fast_smoke_run_in_worker_processes(tmp_path, capsys):
@@ -264,8 +265,9 @@ def test_uci_grid_has_the_likelihood_axis_split_major_and_shares_runs_with_bdl_b
     assert {(r.spec.backend, r.spec.stochastic) for r in uci} == {(b, s) for b in ("svi", "radial", "sgld")
                                                                   for s in ("all", "last")}
     steps = {(r.spec.likelihood, r.spec.backend_options["step_size"]) for r in uci if r.spec.backend == "sgld"}
-    assert steps == set(grids.UCI_SGLD_STEP.items())  # one SGLD step size per likelihood (its stability limit)
-    assert grids.UCI_SGLD_STEP["heteroscedastic"] < grids.UCI_SGLD_STEP["studentt"] < grids.UCI_SGLD_STEP["gaussian"]
+    assert steps == set(uci_grids.UCI_SGLD_STEP.items())  # one SGLD step size per likelihood (its stability limit)
+    step = uci_grids.UCI_SGLD_STEP
+    assert step["heteroscedastic"] < step["studentt"] < step["gaussian"]
     splits = [r.labels["split"] for r in uci]
     assert splits == sorted(splits)  # split-major: a sweep stopped early leaves every row the same n
     bdl = EXPERIMENTS["bdl-baselines"].build(True, None)

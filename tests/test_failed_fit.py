@@ -10,9 +10,10 @@ from scipy import stats
 from inference.prediction import Prediction
 from inference.evaluation.sanity import SCALE_LIMIT, fit_check, trivial_predictor_metrics
 from lab.cli import main
-from lab.experiments import run_one, write_tables
-from lab.grid_runs import Experiment, Run
-from lab.runs import RunSpec
+from lab.grid_runs import Experiment, GridRun
+from lab.grid_worker import run_one
+from lab.run_spec import RunSpec
+from lab.tables import write_tables
 from lab.tables import summarise
 from zoo.likelihoods import PredictiveMixture
 
@@ -114,7 +115,7 @@ def test_strict_exits_1_and_writes_nothing(tmp_path, capsys):
 def test_experiment_tables_have_the_failed_fit_column_and_count(tmp_path):
     common = dict(model="mlp", hidden=[8], epochs=10, num_samples=20)
     variants = (("broken", {"data": "toy1d", "noise": 100.0}), ("fine", {"data": "uci:energy"}))
-    runs = [Run(f"{variant}-{seed}", RunSpec(seed=seed, **common, **spec), {"variant": variant, "seed": seed})
+    runs = [GridRun(f"{variant}-{seed}", RunSpec(seed=seed, **common, **spec), {"variant": variant, "seed": seed})
             for variant, spec in variants for seed in ((0, 1) if variant == "broken" else (0,))]
     root = tmp_path / "runs"
     for run in runs:

@@ -26,7 +26,8 @@ from lab.isolated import write_in_child
 from lab.report import render_section, write_report
 from lab.report.html import join, link, note, table
 from lab.report.rundata import open_run
-from lab.runs import RUN_FILES, RunSpec, execute, write_run
+from lab.run_spec import RunSpec
+from lab.runs import RUN_FILES, execute, write_run
 from lab.store import (COMPLETE, RunLock, StoreError, WriteError, check_folder, note_interrupt,
                        seal, staged_directory, verify_run, write_text_file)
 from zoo.data import DataError, load_dataset
@@ -219,7 +220,8 @@ def test_write_text_file_replaces_a_planted_link_and_never_writes_through(tmp_pa
 
 
 def test_experiment_tables_replace_links_planted_at_their_names(tmp_path):
-    from lab.experiments import get_experiment, write_tables
+    from lab.experiments import get_experiment
+    from lab.tables import write_tables
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")

@@ -330,7 +330,8 @@ def test_cli_rejects_bad_likelihood_choices_with_exit_2(tmp_path, argv, message,
 
 
 def test_run_spec_builds_heads_times_targets_outputs_and_a_deterministic_variance_head():
-    from lab.runs import RunSpec, build_model
+    from lab.run_model import build_model
+    from lab.run_spec import RunSpec
     from zoo.data import load_dataset
 
     data = load_dataset("toy1d", split=0, seed=0)

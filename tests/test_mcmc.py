@@ -24,7 +24,8 @@ from inference.mcmc import compilation
 from inference.mcmc.compilation import LazyCompile, compile_blocker, should_compile
 from inference.optim.potential import Potential
 from inference.optim.start import PlateauStop, initial_point
-from lab.runs import RunSpec, execute
+from lab.run_spec import RunSpec
+from lab.runs import execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 FAST = {"compile": False, "init": "current"}

@@ -10,9 +10,9 @@ from inference.optim.batches import minibatches
 from inference.multifit import fit_many
 from inference.multifit.stacked import StackedBatches
 from inference.optim.training import NonFiniteLossError
-from lab.grid_runs import Run
+from lab.grid_runs import GridRun
 from lab.run_batches import RunBatch, group_runs
-from lab.runs import RunSpec
+from lab.run_spec import RunSpec
 from zoo.bnn import BayesianNetwork
 
 K = 3
@@ -132,7 +132,7 @@ def test_bad_batches_are_refused_before_any_work():
 
 def test_runs_that_differ_in_split_or_seed_are_grouped():
     def run(key, backend="svi", split=0, seed=0, **extra):
-        return Run(key, RunSpec(data="uci:yacht", backend=backend, split=split, seed=seed, **extra), {})
+        return GridRun(key, RunSpec(data="uci:yacht", backend=backend, split=split, seed=seed, **extra), {})
 
     runs = [run("a"), run("b", split=1), run("c", seed=2), run("d", backend="sgld"), run("e", split=3, lr=0.1),
             run("f", split=4)]
@@ -170,11 +170,11 @@ def test_ensemble_runs_stack_their_members_across_runs():
 
 def test_a_batch_of_grid_runs_writes_each_run_folder_as_alone(tmp_path):
     """lab.run_batches: two runs differing in seed fitted together; each folder verifies and holds the metrics of
-    the same run fitted alone (lab.experiments.run_one), to float rounding."""
-    from lab.experiments import is_finished, run_one
+    the same run fitted alone (lab.grid_worker.run_one), to float rounding."""
+    from lab.grid_worker import is_finished, run_one
     from lab.run_batches import run_batch
 
-    runs = [Run(f"full-{seed}", RunSpec(data="toy1d", hidden=[8], seed=seed, epochs=3, num_samples=20), {})
+    runs = [GridRun(f"full-{seed}", RunSpec(data="toy1d", hidden=[8], seed=seed, epochs=3, num_samples=20), {})
             for seed in (0, 1)]
     batch = group_runs(runs, size=10)[0]
     assert isinstance(batch, RunBatch)
@@ -192,7 +192,7 @@ def test_a_batch_that_cannot_be_stacked_runs_its_runs_alone(tmp_path):
     """Deterministic parameters (stochastic='none') block stacking: each run goes to run_alone, errors per run."""
     from lab.run_batches import run_batch
 
-    runs = [Run(f"det-{seed}", RunSpec(data="toy1d", hidden=[8], stochastic="none", seed=seed, epochs=3), {})
+    runs = [GridRun(f"det-{seed}", RunSpec(data="toy1d", hidden=[8], stochastic="none", seed=seed, epochs=3), {})
             for seed in (0, 1)]
     alone = []
 

@@ -1,8 +1,9 @@
 """The ``paper-protocols`` grid: each method under its own paper's protocol, beside the published numbers."""
 from __future__ import annotations
 
-from lab.grids import EXPERIMENTS, PAPER_PUBLISHED
-from lab.runs import validate_spec
+from lab.grids import EXPERIMENTS
+from lab.run_spec import validate_spec
+from lab.uci_grids import PAPER_PUBLISHED
 from zoo.data import load_uci
 
 

@@ -26,10 +26,11 @@ from inference.evaluation.diagnostics import convergence_metrics
 from inference.evaluation.member_metrics import member_metrics
 from inference.evaluation.metrics import ece_from_probs
 from lab.cli import main
-from lab.report import RUN_SECTIONS, Run, open_run, render_run, render_section, write_comparison, write_report
+from lab.report import RUN_SECTIONS, ReportRun, open_run, render_run, render_section, write_comparison, write_report
 from lab.report.likelihood import binned_residuals, fixed_rows, latent_rows, noise_sd, pit_tail_rows
 from lab.report.predictive import LEVELS, coverage_curve, pit_values
-from lab.runs import RunResult, RunSpec, execute, write_run
+from lab.run_spec import RunSpec
+from lab.runs import RunResult, execute, write_run
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 from zoo.likelihoods import StudentTLikelihood
 from zoo.data import load_dataset
@@ -159,7 +160,7 @@ def test_comparison_ranks_runs_by_loo(svi_run, mcmc_run, tmp_path):
 def test_missing_parts_become_one_line_notes(mcmc_run):
     """A run without train.nc or a saved posterior still renders, saying what it lacks."""
     complete = open_run(mcmc_run)
-    bare = Run("bare", complete.metrics, complete.config, complete.idata)
+    bare = ReportRun("bare", complete.metrics, complete.config, complete.idata)
     page = html.unescape(render_run(bare))
     assert 'class="error"' not in page
     assert "Not applicable: the run has no training-set InferenceData (train.nc)" in page
@@ -220,8 +221,8 @@ def test_report_from_an_in_memory_result_matches_the_folder(tmp_path):
     spec = RunSpec(data="toy1d", hidden=[8], stochastic="last", epochs=30, num_samples=40)
     result = execute(spec, tmp_path / "run", progress=False)
     unwritten = dataclasses.replace(result, directory=None)
-    assert Run.from_result(unwritten).name == "toy1d-mlp-last-svi-seed0"
-    in_memory = Run.from_result(unwritten, name="run")
+    assert ReportRun.from_result(unwritten).name == "toy1d-mlp-last-svi-seed0"
+    in_memory = ReportRun.from_result(unwritten, name="run")
     for title in ("LOO", "Calibration", "Predictive bands", "Convergence", "Variational layers", "Likelihood"):
         from_files = render_section(tmp_path / "run", title)
         assert render_section(result, title) == from_files == render_section(in_memory, title), title
@@ -285,7 +286,7 @@ def test_trace_plots_survive_draws_with_tiny_relative_spread(mcmc_run):
     idata = load_netcdf(mcmc_run / "posterior.nc")
     noise = np.random.default_rng(0).normal(0, 0.3, idata.posterior["log_joint"].shape)
     idata.posterior["log_joint"] = idata.posterior["log_joint"] * 0 + (-46610 + noise).astype(np.float32)
-    section = render_section(Run("tiny-spread", complete.metrics, complete.config, idata), "Convergence")
+    section = render_section(ReportRun("tiny-spread", complete.metrics, complete.config, idata), "Convergence")
     assert "could not draw" not in section and section.count("<img") == 2
 
 
@@ -325,7 +326,7 @@ def test_members_section_of_chains_that_sample_one_posterior_shows_little_disagr
     assert list(_member_rows(section)) == ["member 0", "member 1", "mean of members", "mixture (BMA)"]
     assert "Not applicable: one member" in html.unescape(render_section(svi_run, "Members"))
     complete = open_run(mcmc_run)
-    older = Run("older", {k: v for k, v in complete.metrics.items() if k != "members"}, complete.config,
+    older = ReportRun("older", {k: v for k, v in complete.metrics.items() if k != "members"}, complete.config,
                 complete.idata)
     assert "Not applicable: 2 chains, but metrics.json holds no member metrics" in html.unescape(
         render_section(older, "Members"))
@@ -402,7 +403,7 @@ def test_likelihood_section_of_a_studentt_run_shows_scale_and_dof_posteriors(stu
     np.testing.assert_allclose(float(cells["scale s"][5]), scale / np.sqrt(-100 * np.log(0.95)), rtol=1e-3)
     assert "<th>r_hat</th>" not in section and "<th>ess_bulk</th>" in section  # one chain: no R-hat column
     assert _images_decode(section) == 1 and "does not vary with x" in section
-    bare = Run("bare", run.metrics, run.config, run.idata)  # no saved posterior: the spec, standardised units
+    bare = ReportRun("bare", run.metrics, run.config, run.idata)  # no saved posterior: the spec, standardised units
     fallback = html.unescape(render_section(bare, "Likelihood"))
     assert "from the run spec (config.json)" in fallback and "standardised target units" in fallback
     assert float(_cells(fallback)["scale s"][1]) == pytest.approx(float(cells["scale s"][1]) / scale, rel=1e-3)
@@ -422,7 +423,7 @@ def test_likelihood_latents_of_two_chains_get_rhat_and_a_warning_when_chains_dis
     posterior = SamplePosterior(bnn, params, info={"backend": "nuts", "seed": 0})
     y = data.y_test_original()
     idata = posterior.to_arviz(data.x_test, y, seed=0, prediction=posterior.predict(data.x_test, y=y, seed=0))
-    run = Run("two-chains", {"task": "regression"}, {"spec": {}}, idata, posterior=posterior)
+    run = ReportRun("two-chains", {"task": "regression"}, {"spec": {}}, idata, posterior=posterior)
     rows, header = latent_rows(run, bnn.likelihood, data.y_scale.double().numpy())
     assert header[-1] == "r_hat"
     with quiet_arviz():

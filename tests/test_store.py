@@ -14,7 +14,9 @@ import torch
 
 import lab.runs
 import lab.store
-from lab.runs import RUN_FILES, RunFailed, RunSpec, execute, write_run
+from lab.run_evaluation import RunFailed
+from lab.run_spec import RunSpec
+from lab.runs import RUN_FILES, execute, write_run
 from lab.store import COMPLETE, RunLock, StoreError, WriteError, check_destination, staged_directory, verify_run
 
 ROOT = Path(__file__).resolve().parent.parent

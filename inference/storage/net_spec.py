@@ -4,8 +4,9 @@ A saved posterior (:mod:`inference.storage.posterior_io`) stores its network as 
 its ``state_dict``, so it loads in any process that has this library, whatever process
 defined the network.  A spec exists for
 
-* the zoo's architectures (:data:`zoo.architectures.ARCHITECTURES`): ``{"zoo": name,
-  "args": {...}}``, rebuilt with :func:`zoo.architectures.build_architecture`;
+* the registered architectures (:data:`zoo.architectures.ARCHITECTURES`, the one registry, whose
+  entry's ``describe`` gives the arguments): ``{"zoo": name, "args": {...}}``, rebuilt with
+  :func:`zoo.architectures.build_architecture`;
 * ``torch.nn`` layers whose constructor arguments are their declared constants
   (``Linear``, ``Conv2d``, ``Tanh``, ``LayerNorm``, ...): ``{"torch": class, "args": {...}}``;
 * ``torch.nn.Sequential`` of the above: ``{"torch": "Sequential", "children": [[name, spec], ...]}``.
@@ -26,57 +27,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from zoo.architectures import (
-    MLP,
-    LeNet300100,
-    MultiLSTM,
-    SmallCNN,
-    TransformerClassifier,
-    build_architecture,
-)
+from zoo.architectures import build_architecture, registered_architecture
 
 __all__ = ["net_spec", "build_net", "describe_spec"]
-
-
-def _dropout(net) -> dict:
-    rate = getattr(net, "dropout", 0.0)
-    return {"dropout": rate} if rate else {}
-
-
-def _mlp(net):
-    if not isinstance(net.activation, str):
-        return None
-    return "mlp", {"input_dim": net.input_dim, "output_dim": net.output_dim, "hidden": list(net.hidden),
-                   "activation": net.activation, **_dropout(net)}
-
-
-def _lenet(net):
-    if not isinstance(net.activation, str):
-        return None
-    return "lenet300100", {"input_dim": net.input_dim, "output_dim": net.output_dim, "activation": net.activation,
-                           **_dropout(net)}
-
-
-def _multilstm(net):
-    heads = {"heads": net.heads} if net.heads != 1 else {}
-    return "multilstm", {"input_dim": net.input_size, "output_dim": len(net.names) * net.heads,
-                         "hidden": net.hidden_size, "names": list(net.names), "unrolled": net.unrolled, **heads}
-
-
-def _cnn(net):
-    return "cnn", {"input_dim": [net.in_channels, net.image_size, net.image_size], "output_dim": net.num_classes}
-
-
-def _transformer(net):
-    return "transformer", {
-        "input_dim": net.input_dim, "output_dim": net.num_classes, "vocab_size": net.vocab_size,
-        "d_model": net.head.in_features, "n_heads": net.attention.num_heads, "d_ff": net.ffn.fc1.out_features,
-        "max_len": net.max_len, "pooling": net.pooling, "padding_idx": net.padding_idx,
-    }
-
-
-#: exact zoo class -> ``(name, build_architecture arguments)`` read from an instance
-_ZOO = {MLP: _mlp, LeNet300100: _lenet, MultiLSTM: _multilstm, SmallCNN: _cnn, TransformerClassifier: _transformer}
 
 
 def _torch_args(module: nn.Module) -> Optional[dict]:
@@ -95,10 +48,11 @@ def _torch_args(module: nn.Module) -> Optional[dict]:
 
 def _raw_spec(net: nn.Module) -> dict:
     cls = type(net)
-    if cls in _ZOO:
-        found = _ZOO[cls](net)
-        if found is not None:
-            return {"zoo": found[0], "args": found[1]}
+    architecture = registered_architecture(cls)
+    if architecture is not None:
+        args = architecture.describe(net)
+        if args is not None:
+            return {"zoo": architecture.name, "args": args}
     elif cls is nn.Sequential:
         children = [[name, _raw_spec(child)] for name, child in net.named_children()]
         inner = [child["user"] for _, child in children if "user" in child]

@@ -16,7 +16,7 @@ verified before it is read (:func:`lab.store.verify_run`), every value from it i
 
 In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`, and
 :func:`render_section` for one section (e.g. inline in a notebook); each takes a run folder,
-a :class:`Run` or a ``RunResult``, and :func:`write_report` / :func:`render_run` /
+a :class:`ReportRun` or a ``RunResult``, and :func:`write_report` / :func:`render_run` /
 :func:`render_section` also a fitted posterior with its data, straight from a notebook
 (``write_report(posterior, "report.html", data=dataset)``; no CLI run directory needed).
 """
@@ -30,14 +30,14 @@ from typing import Callable, Sequence
 
 from . import compare, layers, likelihood, members, predictive, sections
 from .html import Section, note, page
-from .rundata import NotApplicable, Run, as_run, open_run
+from .rundata import NotApplicable, ReportRun, as_run, open_run
 from lab.store import write_text_file
 
-__all__ = ["RUN_SECTIONS", "render_run", "render_section", "write_report", "write_comparison", "NotApplicable", "Run",
-           "open_run", "as_run"]
+__all__ = ["RUN_SECTIONS", "render_run", "render_section", "write_report", "write_comparison", "NotApplicable",
+           "ReportRun", "open_run", "as_run"]
 
 #: (title, builder) of every per-run section, in page order
-RUN_SECTIONS: list[tuple[str, Callable[[Run], str]]] = [
+RUN_SECTIONS: list[tuple[str, Callable[[ReportRun], str]]] = [
     ("Run, configuration and timings", sections.overview),
     ("Convergence: R-hat, ESS and MCSE", sections.convergence),
     ("Sampler diagnostics: energy, divergences, step size, tree depth", sections.sampler),
@@ -65,7 +65,7 @@ def _section(title: str, builder: Callable, *args) -> Section:
 
 
 def render_run(run, data=None, seed: int = 0) -> str:
-    """The HTML page of one run: a run folder, a :class:`Run`, a ``RunResult``, or a fitted
+    """The HTML page of one run: a run folder, a :class:`ReportRun`, a ``RunResult``, or a fitted
     ``Posterior`` with its ``data`` (a :class:`~zoo.data.Dataset`; test set predicted with ``seed``)."""
     run = as_run(run, data, seed)
     built = [_section(title, builder, run) for title, builder in RUN_SECTIONS]
@@ -79,7 +79,7 @@ def render_section(run, title: str, data=None, seed: int = 0) -> str:
     """One section of a run's report as HTML, e.g. for ``IPython.display.HTML`` in a notebook.
 
     Args:
-        run: a run folder, a :class:`Run`, a ``RunResult``, or a fitted ``Posterior`` (with ``data``).
+        run: a run folder, a :class:`ReportRun`, a ``RunResult``, or a fitted ``Posterior`` (with ``data``).
         title: the section's title or its start, case-insensitive (``"sampler"``, ``"LOO"``).
         data, seed: for a ``Posterior``: its :class:`~zoo.data.Dataset` and the prediction seed.
     """
@@ -92,7 +92,7 @@ def render_section(run, title: str, data=None, seed: int = 0) -> str:
 def write_report(run, out=None, *, data=None, seed: int = 0) -> Path:
     """Write ``out`` (default ``RUN_DIR/report.html``) for one run; returns its path.
 
-    ``run`` is a run folder, a :class:`Run`, a ``RunResult``, or a fitted ``Posterior`` with
+    ``run`` is a run folder, a :class:`ReportRun`, a ``RunResult``, or a fitted ``Posterior`` with
     ``data=`` its :class:`~zoo.data.Dataset` (the test set is predicted once with ``seed``, as a
     run does: ``write_report(posterior, "report.html", data=dataset)``) or the tensors given to
     ``fit``, ``(x, y)`` or ``(x_train, y_train, x_test, y_test)`` (:func:`tensors_as_dataset`); one that was never
@@ -107,7 +107,7 @@ def write_report(run, out=None, *, data=None, seed: int = 0) -> Path:
 
 
 def write_comparison(runs: Sequence, out=None, reports: dict | None = None) -> Path:
-    """Write a comparison page over several runs (folders, :class:`Run` s or ``RunResult`` s).
+    """Write a comparison page over several runs (folders, :class:`ReportRun` s or ``RunResult`` s).
 
     ``out`` defaults to ``comparison.html`` in the run folders' common folder; ``reports`` maps
     run names to their per-run report paths, linked from the runs table.

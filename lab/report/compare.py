@@ -11,7 +11,7 @@ import numpy as np
 from . import plots
 from .html import frame_table, image, join, link, note, paragraph, table
 from .predictive import LEVELS, coverage_curve, loo_data, pit_values, reliability_curve
-from .rundata import NotApplicable, Run
+from .rundata import NotApplicable, ReportRun
 
 __all__ = ["runs_table", "loo_compare", "calibration_overlay"]
 
@@ -19,7 +19,7 @@ METRIC_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "memb
                "rhat_max", "ess_bulk_min", "divergences", "tree_depth_saturated", "fit_seconds")
 
 
-def runs_table(runs: list[Run], links: dict) -> str:
+def runs_table(runs: list[ReportRun], links: dict) -> str:
     """One row per run: identity, headline metrics, convergence, timing; names link to the run reports."""
     keys = [k for k in METRIC_KEYS if any(k in r.metrics for r in runs)]
     rows = []
@@ -32,7 +32,7 @@ def runs_table(runs: list[Run], links: dict) -> str:
     return table(rows, ["run", "data", "model", "stochastic", "backend", *keys])
 
 
-def _same_observations(runs: list[Run], datasets: list) -> str | None:
+def _same_observations(runs: list[ReportRun], datasets: list) -> str | None:
     """None when all runs' LOO data hold the same observations, else why not."""
     first = datasets[0].observed_data["obs"].values
     for run, idata in zip(runs[1:], datasets[1:]):
@@ -42,7 +42,7 @@ def _same_observations(runs: list[Run], datasets: list) -> str | None:
     return None
 
 
-def loo_compare(runs: list[Run]) -> str:
+def loo_compare(runs: list[ReportRun]) -> str:
     pairs = [loo_data(r) for r in runs]
     datasets = [idata for idata, _ in pairs]
     reason = _same_observations(runs, datasets)
@@ -61,7 +61,7 @@ def loo_compare(runs: list[Run]) -> str:
     ])
 
 
-def calibration_overlay(runs: list[Run]) -> str:
+def calibration_overlay(runs: list[ReportRun]) -> str:
     tasks = {r.task for r in runs}
     if len(tasks) > 1:
         raise NotApplicable(f"runs mix tasks ({', '.join(sorted(tasks))}); calibration curves are not comparable")
@@ -79,5 +79,5 @@ def calibration_overlay(runs: list[Run]) -> str:
                       *(note(s) for s in skipped), image(picture, "calibration across runs")])
 
 
-def _coverage(run: Run) -> tuple:
+def _coverage(run: ReportRun) -> tuple:
     return LEVELS, coverage_curve(pit_values(run))

@@ -17,7 +17,7 @@ from inference.variational import VariationalGuide, get_family, sparsity
 
 from . import plots
 from .html import heading, image, join, note, paragraph, table
-from .rundata import NotApplicable, Run
+from .rundata import NotApplicable, ReportRun
 
 __all__ = ["variational_layers", "loc_scale", "family_rule"]
 
@@ -78,7 +78,7 @@ def _pruning_rows(record: dict) -> list:
     return [(site, sizes.get(site, ""), pruned.get(site, ""), fraction) for site, fraction in record.get("layers", {}).items()]
 
 
-def variational_layers(run: Run) -> str:
+def variational_layers(run: ReportRun) -> str:
     if run.metrics.get("num_random", 1) == 0:
         raise NotApplicable("the model has no random parameters")
     posterior = run.posterior

@@ -32,7 +32,7 @@ from zoo.likelihoods import likelihood_from_spec
 
 from . import plots
 from .html import fmt, heading, image, join, note, paragraph, table
-from .rundata import NotApplicable, Run
+from .rundata import NotApplicable, ReportRun
 from .sections import RHAT_LIMIT
 
 __all__ = ["observation_model", "run_likelihood", "fixed_rows", "latent_rows", "pit_tail_rows", "noise_sd",
@@ -52,7 +52,7 @@ NOISE_BINS = 5
 FLAG_SE = 3.0
 
 
-def run_likelihood(run: Run):
+def run_likelihood(run: ReportRun):
     """``(likelihood, target_scale, source)``: the run's :class:`~zoo.likelihoods.Likelihood` with its resolved
     options and the ``[T]`` target scale (original = standardised × scale; ``None`` when unknown).
 
@@ -99,7 +99,7 @@ def _gamma(prior):
     return scipy.stats.gamma(shape, scale=1.0 / rate)
 
 
-def latent_rows(run: Run, likelihood, target_scale=None) -> tuple[list, list]:
+def latent_rows(run: ReportRun, likelihood, target_scale=None) -> tuple[list, list]:
     """``(rows, header)`` of the latents' posterior table: one row per latent quantity and target.
 
     ``noise_precision`` is shown as ``1/√precision`` (× ``target_scale`` ``[T]``: original units),
@@ -145,7 +145,7 @@ def latent_rows(run: Run, likelihood, target_scale=None) -> tuple[list, list]:
     return rows, header
 
 
-def _summaries(run: Run) -> dict:
+def _summaries(run: ReportRun) -> dict:
     """``{name: [N, T]}`` of the stored predictive summaries this section reads, and ``y``."""
     predictions = run.predictions()
     needed = ("mean", "sd", "epistemic_sd", "pit")
@@ -189,7 +189,7 @@ def binned_residuals(noise: np.ndarray, sd: np.ndarray, residual: np.ndarray, bi
     return rows
 
 
-def observation_model(run: Run) -> str:
+def observation_model(run: ReportRun) -> str:
     """The likelihood and its options, its latents' posterior, and the residual check (regression)."""
     if run.task != "regression":
         raise NotApplicable("classification runs use the categorical likelihood of the logits, with no latents; "
@@ -225,7 +225,7 @@ def observation_model(run: Run) -> str:
     return join(parts)
 
 
-def _residuals(run: Run, likelihood) -> str:
+def _residuals(run: ReportRun, likelihood) -> str:
     try:
         s = _summaries(run)
     except NotApplicable as reason:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import plots
 from .html import fmt, frame_table, image, join, paragraph
-from .rundata import NotApplicable, Run
+from .rundata import NotApplicable, ReportRun
 
 __all__ = ["members", "members_frame", "disagreement_reading"]
 
@@ -45,7 +45,7 @@ def disagreement_reading(value: float, task: str, num_classes: int | None = None
             "the predictive uncertainty.")
 
 
-def members(run: Run) -> str:
+def members(run: ReportRun) -> str:
     """Per-member and mixture test metrics, the members' disagreement and a test-LL plot."""
     stored = run.metrics.get("members")
     if not stored:

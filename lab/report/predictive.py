@@ -24,7 +24,7 @@ import torch
 from inference.evaluation.metrics import calibration_bins, coverage_from_pit, ece_from_probs
 from . import plots
 from .html import fmt, heading, image, join, note, paragraph, table
-from .rundata import NotApplicable, Run
+from .rundata import NotApplicable, ReportRun
 
 __all__ = ["loo_waic", "loo_data", "test_lppd", "calibration", "bands", "pit_values", "coverage_curve",
            "reliability_curve", "LEVELS"]
@@ -39,7 +39,7 @@ def loo(idata):
         return az.loo(idata, pointwise=True), az.waic(idata)
 
 
-def loo_data(run: Run) -> tuple[object, str]:
+def loo_data(run: ReportRun) -> tuple[object, str]:
     """The training-set InferenceData (``train.nc``) to run PSIS-LOO on, and a sentence saying what it holds."""
     idata = run.train_idata
     n = idata.log_likelihood.sizes["obs_id"]
@@ -64,7 +64,7 @@ def pareto_k_counts(result) -> dict:
             "very bad (k > 1)": int((k > 1).sum())}
 
 
-def loo_waic(run: Run) -> str:
+def loo_waic(run: ReportRun) -> str:
     if "log_likelihood" not in run.idata.groups():
         raise NotApplicable("posterior.nc holds no pointwise log-likelihood")
     idata, source = loo_data(run)
@@ -100,7 +100,7 @@ def loo_waic(run: Run) -> str:
     return join(parts)
 
 
-def pit_values(run: Run) -> np.ndarray:
+def pit_values(run: ReportRun) -> np.ndarray:
     """The run's PIT values ``[N·O]`` of the test targets (exact predictive mixture CDF)."""
     predictions = run.predictions()
     if "pit" not in predictions:
@@ -113,13 +113,13 @@ def coverage_curve(pit: np.ndarray, levels=LEVELS) -> np.ndarray:
     return np.array([coverage_from_pit(torch.as_tensor(pit), float(p)) for p in levels])
 
 
-def reliability_curve(run: Run) -> tuple:
+def reliability_curve(run: ReportRun) -> tuple:
     """``(confidence, accuracy, share)`` per non-empty bin of the run's stored class probabilities."""
     probs, labels = _class_probabilities(run)
     return tuple(c.numpy() for c in calibration_bins(probs, labels, ECE_BINS))
 
 
-def _class_probabilities(run: Run) -> tuple[torch.Tensor, torch.Tensor]:
+def _class_probabilities(run: ReportRun) -> tuple[torch.Tensor, torch.Tensor]:
     predictions = run.predictions()
     if "probs" not in predictions:
         raise NotApplicable("the stored prediction holds no class probabilities")
@@ -127,7 +127,7 @@ def _class_probabilities(run: Run) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.as_tensor(predictions["probs"].values), labels
 
 
-def calibration(run: Run) -> str:
+def calibration(run: ReportRun) -> str:
     if run.task == "classification":
         return _classification_calibration(run)
     pit = pit_values(run)
@@ -144,7 +144,7 @@ def calibration(run: Run) -> str:
     ])
 
 
-def _classification_calibration(run: Run) -> str:
+def _classification_calibration(run: ReportRun) -> str:
     probs, labels = _class_probabilities(run)
     ece = ece_from_probs(probs, labels, ECE_BINS)
     return join([
@@ -161,7 +161,7 @@ def _inputs(idata) -> np.ndarray:
     return idata.constant_data["x"].values
 
 
-def bands(run: Run) -> str:
+def bands(run: ReportRun) -> str:
     """Predictive mean, 50 % and 90 % central bands and the epistemic ±2 sd of f at the test inputs."""
     if run.task != "regression":
         raise NotApplicable("predictive bands are drawn for regression only")

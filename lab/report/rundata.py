@@ -1,7 +1,7 @@
 """A run opened for reporting: its files, or the in-memory result of :func:`lab.runs.execute`.
 
 A report reads what the run stored and never predicts again or re-creates the data (a report
-of a posterior and its data in memory, :meth:`Run.from_posterior`, predicts once, as a run does):
+of a posterior and its data in memory, :meth:`ReportRun.from_posterior`, predicts once, as a run does):
 
 * ``metrics.json``, ``config.json`` — test metrics, spec, backend options, data summary;
 * ``posterior.nc`` — test-set InferenceData whose ``predictions`` group holds the run's own
@@ -11,8 +11,8 @@ of a posterior and its data in memory, :meth:`Run.from_posterior`, predicts once
 * ``posterior/`` — the saved posterior, loaded only by sections that read its parameters.
 
 :func:`open_run` refuses a folder that is not a complete run (no ``COMPLETE`` marker, or a
-file changed since it was written); :meth:`Run.from_result` wraps an in-memory
-:class:`~lab.runs.RunResult` without touching files, and :meth:`Run.from_posterior` builds the
+file changed since it was written); :meth:`ReportRun.from_result` wraps an in-memory
+:class:`~lab.runs.RunResult` without touching files, and :meth:`ReportRun.from_posterior` builds the
 same in-memory run from a fitted posterior and its :class:`~zoo.data.Dataset`.  A section that needs something the run
 lacks raises :class:`NotApplicable`, which the report renders as a one-line remark.
 """
@@ -30,10 +30,11 @@ from zoo.data import DataError, Dataset
 from inference.evaluation.arviz_export import load_netcdf
 from inference.storage.net_spec import describe_spec, net_spec
 from inference.posterior import Posterior, load_posterior, to_jsonable
-from lab.runs import RunResult, evaluate_posterior
+from lab.run_evaluation import evaluate_posterior
+from lab.runs import RunResult
 from lab.store import StoreError, verify_run
 
-__all__ = ["Run", "NotApplicable", "open_run", "as_run", "tensors_as_dataset", "REQUIRED_FILES"]
+__all__ = ["ReportRun", "NotApplicable", "open_run", "as_run", "tensors_as_dataset", "REQUIRED_FILES"]
 
 #: files every reportable run holds (``train.nc`` and ``posterior/`` are optional)
 REQUIRED_FILES = ("metrics.json", "config.json", "posterior.nc")
@@ -43,8 +44,8 @@ class NotApplicable(Exception):
     """A report section does not apply to this run (the message says why, in one line)."""
 
 
-class Run:
-    """What a report reads about one run.
+class ReportRun:
+    """One run as a report reads it: a run folder read back, or an in-memory result or posterior.
 
     Args:
         name: the run's label in comparisons (the directory name for a run folder).
@@ -68,7 +69,7 @@ class Run:
         self._parts = {"idata": idata, "train_idata": train_idata, "posterior": posterior}
 
     @classmethod
-    def from_directory(cls, directory) -> "Run":
+    def from_directory(cls, directory) -> "ReportRun":
         """A complete run folder, verified first (:func:`lab.store.verify_run`: it is not trusted);
         parts are read when first needed, and only files that ``COMPLETE`` lists."""
         directory = Path(directory)
@@ -86,7 +87,7 @@ class Run:
         )
 
     @classmethod
-    def from_result(cls, result, name: Optional[str] = None) -> "Run":
+    def from_result(cls, result, name: Optional[str] = None) -> "ReportRun":
         """A :class:`~lab.runs.RunResult` in memory (nothing is read or written)."""
         metrics = to_jsonable(result.metrics)
         if name is None:
@@ -98,7 +99,8 @@ class Run:
                    directory=result.directory)
 
     @classmethod
-    def from_posterior(cls, posterior: Posterior, data: Dataset, seed: int = 0, name: Optional[str] = None) -> "Run":
+    def from_posterior(cls, posterior: Posterior, data: Dataset, seed: int = 0,
+                       name: Optional[str] = None) -> "ReportRun":
         """The run of a fitted ``posterior`` on ``data``, in memory: what :func:`lab.runs.execute` builds.
 
         Predicts the test set once (``seed``), evaluates it, exports the test-set and LOO
@@ -181,14 +183,14 @@ class Run:
         )
 
 
-def open_run(directory) -> Run:
-    """A :class:`Run` of a complete run folder, or a one-line ``StoreError`` saying why not.
+def open_run(directory) -> ReportRun:
+    """A :class:`ReportRun` of a complete run folder, or a one-line ``StoreError`` saying why not.
 
     The folder must carry the ``COMPLETE`` marker written last by :func:`lab.runs.execute` and
     every file it lists, unchanged: a half-written or damaged run is never rendered.
     """
     try:
-        return Run.from_directory(directory)
+        return ReportRun.from_directory(directory)
     except StoreError as err:
         raise StoreError(f"cannot report on {directory}: {err} (runs are written by "
                          "'python -m zoo fit ... --out DIR')") from None
@@ -228,9 +230,9 @@ def tensors_as_dataset(bnn, data: Sequence[torch.Tensor]) -> Dataset:
         raise ValueError(f"data= for the report: {err}") from None
 
 
-def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> Run:
-    """``run`` as a :class:`Run`: a Run, a :class:`~lab.runs.RunResult`, a run folder, or a fitted
-    :class:`~inference.posterior.Posterior` with its ``data`` (:meth:`Run.from_posterior`, ``seed``)."""
+def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> ReportRun:
+    """``run`` as a :class:`ReportRun`: a ReportRun, a :class:`~lab.runs.RunResult`, a run folder, or a
+    fitted :class:`~inference.posterior.Posterior` with its ``data`` (:meth:`ReportRun.from_posterior`, ``seed``)."""
     if isinstance(run, Posterior):
         if data is None:
             raise ValueError("a report of a posterior needs the data it was fitted on: pass data=dataset "
@@ -241,13 +243,13 @@ def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> Run:
             check_dataset(run.bnn, data, "data")
         else:  # the Dataset the posterior was fitted on: its scaling and training size must match
             check_dataset(run.bnn, data, "data", num_data=run.info.get("num_data"))
-        return Run.from_posterior(run, data, seed=seed)
+        return ReportRun.from_posterior(run, data, seed=seed)
     if data is not None:
         raise ValueError(f"data= is for a report of a Posterior; a {type(run).__name__} holds its own data")
-    if isinstance(run, Run):
+    if isinstance(run, ReportRun):
         return run
     if isinstance(run, RunResult):
-        return Run.from_result(run)
+        return ReportRun.from_result(run)
     return open_run(run)
 
 

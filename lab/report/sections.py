@@ -1,6 +1,6 @@
 """Per-run report sections about the fit itself: identity, convergence, sampler, optimisation.
 
-Every builder takes a :class:`~lab.report.rundata.Run` and returns the section's
+Every builder takes a :class:`~lab.report.rundata.ReportRun` and returns the section's
 HTML body, or raises :class:`~lab.report.rundata.NotApplicable` with a one-line
 reason.  Convergence is judged with ArviZ's rank-normalised split R-hat, bulk/tail ESS
 and MCSE (Vehtari et al. 2021) — primarily on predictive quantities (``f_mean``,
@@ -15,7 +15,7 @@ import numpy as np
 from inference.evaluation.diagnostics import tree_depth_saturation
 from . import plots
 from .html import fmt, frame_table, heading, image, join, note, paragraph, table
-from .rundata import NotApplicable, Run
+from .rundata import NotApplicable, ReportRun
 
 __all__ = ["overview", "convergence", "sampler", "optimisation", "summary_frame", "weight_subset"]
 
@@ -54,7 +54,7 @@ def weight_subset(posterior, entries: int = ENTRIES_PER_SITE, max_sites: int = M
     return out
 
 
-def overview(run: Run) -> str:
+def overview(run: ReportRun) -> str:
     """Identity, headline metrics, configuration, data summary and timings."""
     m = run.metrics
     headline = [(k, m[k]) for k in ("rmse", "test_ll", "coverage_50", "coverage_90", "coverage_95", "accuracy",
@@ -83,7 +83,7 @@ def overview(run: Run) -> str:
     return join(parts)
 
 
-def convergence(run: Run) -> str:
+def convergence(run: ReportRun) -> str:
     """ArviZ summary of predictive quantities and a parameter subset; trace and rank plots."""
     idata = run.idata
     post = idata.posterior
@@ -164,7 +164,7 @@ def _flags(frame, chains: int, metrics: dict) -> list:
     return out
 
 
-def sampler(run: Run) -> str:
+def sampler(run: ReportRun) -> str:
     """HMC/NUTS diagnostics: divergences, energy (BFMI), step size, tree depth, acceptance rate."""
     stats = getattr(run.idata, "sample_stats", None)
     if stats is None or not stats.data_vars:
@@ -218,7 +218,7 @@ def sampler(run: Run) -> str:
     return join(parts)
 
 
-def optimisation(run: Run) -> str:
+def optimisation(run: ReportRun) -> str:
     """VI: the loss / ELBO / KL curves and the KL-annealing and learning-rate schedules."""
     history = run.info.get("history") or {}
     if not history.get("loss"):

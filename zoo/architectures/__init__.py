@@ -20,10 +20,11 @@ PyTorch has no batching rule for the fused ``aten::lstm`` kernel, so
 ``MultiLSTM(unrolled=True)`` provides a step-by-step implementation with the *same*
 parameter names and values that does vmap.
 
-:func:`build_architecture` builds any of them by name (:data:`ARCHITECTURES`,
-:mod:`zoo.architectures.registry`); :func:`parametrised_modules_in_forward_order` and
-:func:`output_modules` tell which modules are "last" (for the ``last`` stochastic
-selector; :mod:`zoo.architectures.forward_order`).  Full references are in
+:func:`build_architecture` builds any of them by name from the one registry
+:data:`ARCHITECTURES` (:mod:`zoo.architectures.registry`), which also holds how a saved
+posterior describes and rebuilds each of them; :func:`register_architecture` adds one.
+:func:`parametrised_modules_in_forward_order` and :func:`output_modules` tell which modules
+are "last" (for the ``last`` stochastic selector; :mod:`zoo.architectures.forward_order`).  Full references are in
 ``docs/references.md``.
 """
 from ._common import ACTIVATIONS
@@ -31,7 +32,7 @@ from .cnn import SmallCNN
 from .forward_order import output_modules, parametrised_modules_in_forward_order
 from .lstm import MultiLSTM, UnrolledLSTM
 from .mlp import MLP, LeNet300100
-from .registry import ARCHITECTURES, build_architecture
+from .registry import ARCHITECTURES, Architecture, build_architecture, register_architecture, registered_architecture
 from .transformer import FeedForward, SelfAttention, TransformerClassifier
 
 __all__ = [
@@ -44,7 +45,10 @@ __all__ = [
     "FeedForward",
     "SelfAttention",
     "TransformerClassifier",
+    "Architecture",
     "ARCHITECTURES",
+    "register_architecture",
+    "registered_architecture",
     "build_architecture",
     "parametrised_modules_in_forward_order",
     "output_modules",
