@@ -7,7 +7,7 @@ backend's default); batched, the members of all its splits' runs form one progra
 the runs are done both ways, interleaved (the order alternates between groups):
 
 * one at a time: :func:`lab.runs.execute` per run (fit, predict, metrics, ArviZ exports);
-* batched: :func:`inference.multifit.fit_many` over the group's splits, then
+* batched: :func:`inference.fit_many` over the group's splits, then
   :func:`lab.runs.execute` with ``fitted=`` per run (the same evaluation).
 
 Run folders are not written (the writing is the same for both).  Times are CPU seconds of this
@@ -30,7 +30,7 @@ import warnings
 
 import torch
 
-from inference.multifit import fit_many
+from inference.fitting import fit_many
 from lab.run_model import build_model
 from lab.run_spec import RunSpec, resolve_backend_options
 from lab.runs import execute

@@ -123,7 +123,7 @@ def digits_fits() -> str:
 
 
 def multifit() -> str:
-    from inference.multifit import fit_many
+    from inference.fitting import fit_many
     bnns, xs, ys = [], [], []
     for seed in range(3):
         bnn, x, _, y_std = regression_problem("map", "all", "gaussian")

@@ -11,13 +11,14 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="ArviZ is undergoing a major refactor", category=FutureWarning)
     from inference.evaluation.arviz_export import load_netcdf, save_netcdf, to_inference_data
 from inference.backends import BACKENDS, NonFiniteLossError, register_backend
-from inference.fitting import fit
+from inference.fitting import fit, fit_many
 from inference.sgmcmc.pyro_kernels import PSGLD, SGHMC, SGLD
 from inference.evaluation.metrics import classification_metrics, evaluate, regression_metrics
 from inference.posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior
 
 __all__ = [
     "fit",
+    "fit_many",
     "BACKENDS",
     "register_backend",
     "NonFiniteLossError",

@@ -1,4 +1,4 @@
-"""Grid runs that differ only in split or seed, fitted as one stacked program (:func:`inference.multifit.fit_many`).
+"""Grid runs that differ only in split or seed, fitted as one stacked program (:func:`inference.fit_many`).
 
 :func:`group_runs` puts runs of a backend with a stacked engine (``map``, ``ensemble``, ``svi``) whose specs are
 equal but for ``split`` and ``seed`` (no dataset builder, no prerequisite, no pruning) into
@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from inference.multifit import STACKED_BACKENDS, fit_many
+from inference.fitting import STACKED_BACKENDS, fit_many
 from inference.posterior import to_jsonable
 from zoo.data import load_dataset
 

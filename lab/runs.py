@@ -97,7 +97,7 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     fit flagged ``failed_fit`` (worse than the trivial predictor, :func:`inference.evaluation.sanity.fit_check`;
     nothing is written; without ``strict`` it is a ``RuntimeWarning``).  ``device`` (``"cpu"``, ``"cuda"``,
     ``"mps"``; checked first) is where the model is fitted and the data set is moved.  ``fitted``: the
-    spec's posterior already fitted on ``data`` (by the stacked engine, :func:`inference.multifit.fit_many`,
+    spec's posterior already fitted on ``data`` (by the stacked engine, :func:`inference.fit_many`,
     with :func:`build_model` and the resolved options), evaluated and written instead of fitting here.
     """
     if out_dir is not None:

@@ -7,7 +7,7 @@ from torch import nn
 
 from inference import fit
 from inference.optim.batches import minibatches
-from inference.multifit import fit_many
+from inference.fitting import fit_many
 from inference.multifit.stacked import StackedBatches
 from inference.optim.training import NonFiniteLossError
 from lab.grid_runs import GridRun

@@ -43,7 +43,7 @@ class Backend:
     @property
     def accepts_loader(self) -> bool:
         """Whether ``run`` takes a DataLoader's batches: the backends trained by the one training loop
-        (:func:`inference.optim.training.fit_guide`, options :class:`~inference.optim.training.LoopOptions`).
+        (:func:`inference.variational.fit.fit_guide`, options :class:`~inference.optim.training.LoopOptions`).
         A backend with another minibatch loop that reads :class:`~inference.optim.batches.LoaderBatches`
         sets ``accepts_loader = True``."""
         return isinstance(self.Config, type) and issubclass(self.Config, LoopOptions)

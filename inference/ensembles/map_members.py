@@ -30,6 +30,8 @@ from inference.optim.batches import LoaderBatches
 from inference.optim.map import MAPFit, MAPOptions, fit_map, run_info, stack_members
 from inference.optim.potential import frozen_deterministic
 from inference.optim.training import NonFiniteLossError
+from inference.multifit.blockers import batch_blocker
+from inference.multifit.map import fit_map_members
 from inference.posterior import SamplePosterior
 from inference.workers import run_calls
 
@@ -98,11 +100,9 @@ def fit_ensemble(bnn, x, y, config: EnsembleOptions, seed: int, progress: bool) 
                          "worker processes or Ray tasks")
     members = list(range(config.num_members))
     results = []
-    from inference.multifit.blockers import batch_blocker  # deferred: importing inference.multifit imports the backends
     vectorised = (config.vectorise and not config.parallel and not isinstance(x, LoaderBatches)
                   and batch_blocker(bnn, "map", config) is None)
     if vectorised:  # the members as one stacked program
-        from inference.multifit.map import fit_map_members
         starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + k) for k in members[1:]]
         fits, steps = fit_map_members(bnn, x, y, config, [seed + k for k in members], starts, progress)
         results, members = list(zip(fits, steps)), []

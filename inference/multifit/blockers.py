@@ -15,7 +15,7 @@ from inference.variational.elbo_paths import choose_elbo_path
 
 __all__ = ["STACKABLE", "batch_blocker"]
 
-#: backends with a stacked engine (:data:`inference.multifit.STACKED_BACKENDS`, in this order)
+#: backends with a stacked engine (:data:`inference.fitting.STACKED_BACKENDS`, in this order)
 STACKABLE = ("map", "svi", "ensemble")
 
 #: layers whose training-time forward is random or batch-dependent: such fits run one at a time

@@ -76,7 +76,7 @@ def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
     by a NaN/inf, a :class:`~inference.optim.training.NonFiniteLossError` carrying its last finite posterior.
 
     Args:
-        bnns: K models of one architecture, priors and likelihood (:func:`inference.multifit.batch_signature`).
+        bnns: K models of one architecture, priors and likelihood (:func:`inference.fitting.batch_signature`).
         xs, ys: the fits' training data stacked ``[K, N, ...]`` (validated, on the models' device).
         config: the :class:`~inference.backends.map.MAPConfig`.
         seeds: K seeds (each fit's minibatch order).
@@ -102,7 +102,7 @@ def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, 
     """K MAP fits of one model on one data set ``x, y`` ``[N, ...]`` from ``starts`` with ``seeds``.
 
     Member k is :func:`inference.optim.map.fit_map` ``(bnn, x, y, config, seeds[k], init_values=starts[k])``
-    to float rounding.  The model must train no deterministic parameters (:func:`inference.multifit.batch_blocker`).
+    to float rounding.  The model must train no deterministic parameters (:func:`inference.multifit.blockers.batch_blocker`).
     Returns ``(fits, stopped)``: a :class:`MAPFit` per member and per member ``None`` or the step at which its
     loss or gradient became non-finite (its fit then holds its last finite point).
     """

@@ -74,7 +74,7 @@ def stacked_forward(bnn) -> Callable:
     """``forward(values {site: [K, *shape]}, x [K, n, ...]) -> [K, n, O]``: fit k's network at its own
     weights and inputs — ``vmap`` of :meth:`~zoo.bnn.BayesianNetwork.forward_single` over both, as the
     deep-ensemble backend runs its members (``_Members.outputs``).  Networks without ``vmap`` rules are not
-    stacked (:func:`inference.multifit.batch_blocker`)."""
+    stacked (:func:`inference.multifit.blockers.batch_blocker`)."""
     return vmap(bnn.forward_single, in_dims=(0, 0), randomness="different")
 
 
