@@ -18,8 +18,8 @@ from zoo.checks import check_seed
 from inference.backends import get_backend, loader_backends
 from inference.backends.base import check_fit_size, check_loader, check_training_data, parse_config
 from inference.multifit.blockers import STACKABLE, batch_blocker
-from inference.multifit.map import fit_ensemble_stacked, fit_map_stacked
-from inference.multifit.svi import fit_svi_stacked
+from inference.multifit.stacked_map import fit_ensemble_stacked, fit_map_stacked
+from inference.multifit.stacked_svi import fit_svi_stacked
 
 __all__ = ["fit", "fit_many", "preserved_session", "resolve_device", "batch_signature", "STACKED_BACKENDS",
            "DEVICE_TYPES"]

@@ -18,7 +18,7 @@ from torch import nn
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
 from inference.laplace.evidence import VALIDATION_GRID, log_evidence
-from inference.laplace.posterior import KronRoot, LaplacePosterior, bridge_log_alpha, closed_form_nll, probit_logits
+from inference.laplace.laplace_posterior import KronRoot, LaplacePosterior, bridge_log_alpha, closed_form_nll, probit_logits
 from inference.laplace.curvature import WeightLayout, ggn, kfac
 from inference.evaluation.metrics import evaluate
 from lab.cli import main

@@ -12,7 +12,7 @@ from torch import nn
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
 from inference.swag.moments import init_moments, update_moments
-from inference.swag.posterior import swag_samples
+from inference.swag.swag_posterior import swag_samples
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 FAST = {"batch_size": 10, "lr": 2e-3, "epochs": 50, "burnin_epochs": 50, "burnin_lr": 0.05}

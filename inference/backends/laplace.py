@@ -24,8 +24,8 @@ This module holds the options and assembles the parts of :mod:`inference.laplace
    otherwise.  ``info["log_evidence"]`` is log Z at the chosen δ (laplace-torch's
    ``log_marginal_likelihood``).
 3. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
-   :class:`~inference.laplace.posterior.LaplacePosterior` (one chain).  Predictives
-   (:mod:`inference.laplace.posterior`): ``"glm"`` Monte Carlo over the network linearised at the
+   :class:`~inference.laplace.laplace_posterior.LaplacePosterior` (one chain).  Predictives
+   (:mod:`inference.laplace.laplace_posterior`): ``"glm"`` Monte Carlo over the network linearised at the
    MAP (Immer et al. 2021), ``"sample"`` the network itself at the draws (which Immer et al. 2021
    show to underfit when the random subset is large), and for classification ``"probit"``
    (MacKay 1992) and ``"bridge"`` (Hobbhahn et al. 2022) in closed form.  ``"auto"`` (default):
@@ -44,7 +44,7 @@ import torch
 from inference.laplace.curvature import WeightLayout, effective_dim, evaluation_mode, jacobian_path
 from inference.laplace.evidence import log_evidence, mackay_precision, prior_moments, validation_search
 from inference.laplace.map_ggn import covariance_root, hessian_structure, map_and_curvature
-from inference.laplace.posterior import CLOSED_FORM, PREDICTIVES, KronRoot, LaplacePosterior, gaussian_draws
+from inference.laplace.laplace_posterior import CLOSED_FORM, PREDICTIVES, KronRoot, LaplacePosterior, gaussian_draws
 from inference.optim.start import INIT_STRATEGIES
 from inference.backends.base import Backend
 

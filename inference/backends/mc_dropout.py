@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from inference.dropout.gal2016 import GAL2016_TRAINING, cell_draws, search_gal2016
-from inference.dropout.masks import dropout_layers, fit_dropout_map, masked_draws
+from inference.dropout.sampling import dropout_layers, fit_dropout_map, masked_draws
 from inference.optim.map import MAPOptions, run_info
 from inference.optim.training import NonFiniteLossError, OptimiserOptions
 from inference.posterior import SamplePosterior

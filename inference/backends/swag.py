@@ -16,7 +16,7 @@ Each member (``swag``: one; ``multiswag``: ``num_members`` M, default 5):
        θ = θ̄ + Σ_diag^{½} z₁/√2 + D z₂/√(2(K−1)),   Σ_diag = mean(θ_i²) − θ̄²,   z₁ ~ N(0, I_P), z₂ ~ N(0, I_K)
 
    (``diag=True``: SWAG-Diagonal, θ = θ̄ + Σ_diag^{½} z₁), into a
-   :class:`~inference.swag.posterior.SWAGPosterior` (a :class:`~inference.posterior.SamplePosterior`) of
+   :class:`~inference.swag.swag_posterior.SWAGPosterior` (a :class:`~inference.posterior.SamplePosterior`) of
    M chains (the MultiSWAG mixture with the members as ArviZ chains).
 
 BatchNorm (Maddox et al. 2019, §4; :mod:`inference.swag.batchnorm`): training normalises by each
@@ -34,12 +34,12 @@ from typing import Optional
 
 import torch
 
-from inference.ensembles.members import check_member_options
+from inference.ensembles.initialisation import check_member_options
 from inference.optim.potential import Potential
 from inference.optim.training import NonFiniteLossError
 from inference.swag.batchnorm import batch_statistics, batchnorm_layers, refreshed_statistics
 from inference.swag.moments import init_moments
-from inference.swag.posterior import SWAGPosterior, swag_samples
+from inference.swag.swag_posterior import SWAGPosterior, swag_samples
 from inference.swag.sgd import swag_iterates
 from inference.backends.base import Backend
 

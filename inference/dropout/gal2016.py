@@ -14,7 +14,7 @@ the grid-search code ran for its per-split result files; the code behind the 201
 = 400, which underfits here (yacht split 0, p = 0.01, τ = 0.54: train RMSE 1.69 and test RMSE 1.93
 after 400 epochs, where their log has 0.92; a plain PyTorch MLP with the same settings gets 1.93).  The
 grid's cells train as one ``vmap``-ed model (:func:`train_cells`).  Without ``tau_grid`` the noise
-precision is learned (the MAP fit of :func:`inference.dropout.masks.fit_dropout_map`, as with
+precision is learned (the MAP fit of :func:`inference.dropout.sampling.fit_dropout_map`, as with
 ``protocol="fixed"``) and only the rate is searched (also the choice for classification).  The paper
 reports 10 000 MC draws (``num_samples=10000``).
 """
@@ -28,8 +28,8 @@ from torch.func import vmap
 
 from zoo.likelihoods import GaussianLikelihood
 
-from inference.dropout.masks import fit_dropout_map, masked_draws
-from inference.ensembles.members import member_initial_values
+from inference.dropout.sampling import fit_dropout_map, masked_draws
+from inference.ensembles.initialisation import member_initial_values
 from inference.optim.batches import LoaderBatches
 from inference.optim.training import NonFiniteLossError
 from inference.posterior import SamplePosterior
@@ -45,7 +45,7 @@ GAL2016_TRAINING = {"epochs": 4000, "batch_size": 128, "lr": 1e-3, "lr_schedule"
 
 
 def glorot_start(bnn, layers: dict, seed: int) -> dict:
-    """Fresh site values (:func:`~inference.ensembles.members.member_initial_values`) with Keras' Dense
+    """Fresh site values (:func:`~inference.ensembles.initialisation.member_initial_values`) with Keras' Dense
     initialisation on ``layers``: Glorot-uniform weights U(±√(6/(in + out))) and zero biases (Glorot &
     Bengio 2010)."""
     start = member_initial_values(bnn, seed)

@@ -25,7 +25,7 @@ import torch
 from torch.distributions import biject_to
 from torch.func import vmap
 
-from inference.ensembles.members import member_initial_values
+from inference.ensembles.initialisation import member_initial_values
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.training import NonFiniteLossError
 
@@ -144,7 +144,7 @@ def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tens
     """Train ``config.num_members`` M members on ``x, y`` ``[N, ...]`` (member m: seed ``seed + m``).
 
     Member 0 starts from the network's weights, member m ≥ 1 from
-    :func:`~inference.ensembles.members.member_initial_values` under ``seed + m``; the likelihood latents
+    :func:`~inference.ensembles.initialisation.member_initial_values` under ``seed + m``; the likelihood latents
     from their prior medians.  Trainable deterministic parameters are fitted with member 0 first and held
     while the others train.  A member stopped by a NaN/inf keeps its last finite point; members after it
     keep their starting point.  The minibatch orders and starts are seeded: no global RNG is used.

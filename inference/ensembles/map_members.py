@@ -4,13 +4,13 @@
 prior as weight decay and the noise precision learned per member), each with its own minibatch
 order.  Member k's seed is ``seed + k``; member 0 starts from the network's own weights (so it is
 the ``map`` fit of the same seed, to float rounding), members k ≥ 1 from a fresh initialisation of
-every random site (:func:`inference.ensembles.members.member_initial_values`).
+every random site (:func:`inference.ensembles.initialisation.member_initial_values`).
 
 Deterministic parameters, which one network shares across draws, are fitted jointly by member 0
 and held at its values while members 1..K−1 fit their random sites; with every parameter random, or
 the deterministic ones frozen, all members are independent.  The members run one of three ways:
 
-* as one stacked program (:func:`inference.multifit.map.fit_map_members`: weights ``[K, ...]``, one
+* as one stacked program (:func:`inference.multifit.stacked_map.fit_map_members`: weights ``[K, ...]``, one
   forward pass and one Adam for all), when ``vectorise`` is set, the data are tensors, the members run
   in this process and the model stacks (:func:`inference.multifit.blockers.batch_blocker`);
 * in ``workers`` local processes or as Ray tasks (:func:`inference.workers.run_calls`);
@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from inference.ensembles.members import check_member_options, member_initial_values
+from inference.ensembles.initialisation import check_member_options, member_initial_values
 from inference.optim.batches import LoaderBatches
 from inference.optim.map import MAPFit, MAPOptions, fit_map, run_info, stack_members
 from inference.optim.potential import frozen_deterministic
 from inference.optim.training import NonFiniteLossError
 from inference.multifit.blockers import batch_blocker
-from inference.multifit.map import fit_map_members
+from inference.multifit.stacked_map import fit_map_members
 from inference.posterior import SamplePosterior
 from inference.workers import run_calls
 

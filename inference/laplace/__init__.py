@@ -5,7 +5,7 @@
 * :mod:`.map_ggn` — the MAP, the prior-whitened GGN there and the covariance root for a prior precision;
 * :mod:`.evidence` — the prior precision: the weight prior's moments, the Laplace evidence (log
   marginal likelihood), MacKay's fixed point and the validation grid search;
-* :mod:`.posterior` — the Gaussian posterior, its Kronecker roots and draws, the linearised network and
+* :mod:`.laplace_posterior` — the Gaussian posterior, its Kronecker roots and draws, the linearised network and
   the predictives (sampled network, GLM, probit, Laplace bridge).
 
 The backend :mod:`inference.backends.laplace` assembles these parts.

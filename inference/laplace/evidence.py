@@ -30,7 +30,7 @@ import torch
 
 from inference.laplace.curvature import WeightLayout, effective_dim
 from inference.laplace.map_ggn import covariance_root, map_and_curvature
-from inference.laplace.posterior import closed_form_nll
+from inference.laplace.laplace_posterior import closed_form_nll
 
 __all__ = ["VALIDATION_GRID", "prior_moments", "log_evidence", "mackay_precision", "validation_search"]
 

@@ -10,7 +10,7 @@
    factored per ``nn.Linear`` layer (KFAC, Martens & Grosse 2015; Ritter et al. 2018) or diagonal
    (:func:`hessian_structure`).  Likelihood latents are fixed at their MAP values.
 3. Whitening by the prior precision P₀: the eigen-decomposition of ``P₀^{-½} G P₀^{-½}`` (per layer for
-   KFAC, :meth:`~inference.laplace.posterior.KronRoot.whiten`), so that for every δ the posterior
+   KFAC, :meth:`~inference.laplace.laplace_posterior.KronRoot.whiten`), so that for every δ the posterior
    covariance (G + δP₀)⁻¹ has the root ``basis · (λ + δ)^{-½}`` (:func:`covariance_root`).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 
 from inference.laplace.curvature import WeightLayout, ggn, kfac, kfac_unsupported
-from inference.laplace.posterior import KronRoot
+from inference.laplace.laplace_posterior import KronRoot
 from inference.optim.latent_fit import fit_latents
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.start import initial_point
@@ -93,8 +93,8 @@ def map_and_curvature(bnn, layout: WeightLayout, x, y, structure: str, path: str
 
 
 def covariance_root(structure: str, basis, inv_sd: torch.Tensor, dtype):
-    """The covariance root of :class:`~inference.laplace.posterior.LaplacePosterior` (dense ``[P, P]``, sds
-    ``[P]`` or a :class:`~inference.laplace.posterior.KronRoot`) from :func:`map_and_curvature`'s ``basis``
+    """The covariance root of :class:`~inference.laplace.laplace_posterior.LaplacePosterior` (dense ``[P, P]``, sds
+    ``[P]`` or a :class:`~inference.laplace.laplace_posterior.KronRoot`) from :func:`map_and_curvature`'s ``basis``
     and ``(λ + δ)^{-½}`` ``[P]``, in ``dtype``."""
     if structure == "kfac":
         return KronRoot.with_sds(basis, inv_sd).to(dtype)

@@ -8,9 +8,9 @@ its own data, minibatch order and random numbers (:mod:`inference.multifit.stack
 result is what ``fit(bnns[k], xs[k], ys[k], backend=..., seed=seeds[k], **options)`` returns, up to
 float rounding (same seed, same protocol; tested in ``tests/test_multifit.py``).
 
-Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.map`)
+Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.stacked_map`)
 and ``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
-:mod:`inference.multifit.svi`).
+:mod:`inference.multifit.stacked_svi`).
 :func:`~inference.multifit.blockers.batch_blocker` says why a fit cannot join a batch (then it runs one at a time, as before):
 another backend or ELBO path, trainable deterministic parameters (one network shared by all draws),
 partially random parameters, layers that are random at training time (dropout, batch norm) or

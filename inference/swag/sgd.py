@@ -22,7 +22,7 @@ import pyro
 import torch
 
 from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
-from inference.ensembles.members import member_initial_values
+from inference.ensembles.initialisation import member_initial_values
 from inference.optim.batches import minibatches
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.swag.moments import SWAGMoments, update_moments

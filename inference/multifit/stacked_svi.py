@@ -98,7 +98,7 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
     """K ``svi`` fits on the fused path; per fit a :class:`~inference.posterior.VariationalPosterior`, or a
     :class:`~inference.optim.training.NonFiniteLossError` carrying its last finite posterior.
 
-    Args as :func:`inference.multifit.map.fit_map_stacked`; ``config`` is an
+    Args as :func:`inference.multifit.stacked_map.fit_map_stacked`; ``config`` is an
     :class:`~inference.backends.svi.SVIConfig` with the ``normal`` guide.
     """
     started = time.perf_counter()

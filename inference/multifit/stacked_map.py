@@ -17,7 +17,7 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from inference.ensembles.members import member_initial_values
+from inference.ensembles.initialisation import member_initial_values
 from inference.optim.map import MAPFit, run_info, stack_members
 from inference.posterior import SamplePosterior
 from inference.optim.potential import Potential
@@ -116,7 +116,7 @@ def fit_ensemble_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config,
     """K ``ensemble`` fits of M = ``config.num_members`` members each, all K·M MAP fits as one stacked program.
 
     Run k's member m starts where :func:`~inference.ensembles.map_members.fit_ensemble` starts it (member 0 at
-    the network's weights, member m ≥ 1 at :func:`~inference.ensembles.members.member_initial_values` under
+    the network's weights, member m ≥ 1 at :func:`~inference.ensembles.initialisation.member_initial_values` under
     seed k + m) and shuffles with seed k + m.  Returns per run a :class:`~inference.posterior.SamplePosterior`
     of M chains, or a :class:`~inference.optim.training.NonFiniteLossError` carrying it when a member stopped.
     """
