@@ -57,3 +57,28 @@ def test_variance_head_is_bounded_at_ten_target_sds_far_from_the_data():
     torch.testing.assert_close(likelihood.noise_variance(f, {})[0, :, 0], expected)
     fisher = likelihood.output_fisher(f[0], {})
     assert fisher[2, 1, 1] == 0 and fisher[1, 1, 1] == 0.5  # clamped: no gradient, no curvature
+
+
+def test_sampler_start_is_the_map_backends_optimum_and_the_chains_target_the_density():
+    """The MAP start of HMC / NUTS / SG-MCMC / Laplace optimises the likelihood's training objective (the
+    β-NLL of a heteroscedastic likelihood, as the ``map`` backend does); the potential the chains sample is
+    the honest density.  For a Gaussian likelihood the two are the same numbers."""
+    from inference.optim.potential import Potential
+    from zoo import BayesianNetwork
+    from zoo.architectures import MLP
+    from zoo.likelihoods import GaussianLikelihood
+
+    torch.manual_seed(0)
+    x = torch.randn(40, 2)
+    y = x[:, :1] + 0.3 * torch.randn(40, 1) * (1 + x[:, 1:].abs())
+    for likelihood, same in ((HeteroscedasticGaussianLikelihood(beta=0.5), False), (GaussianLikelihood(), True)):
+        bnn = BayesianNetwork(MLP(2, likelihood.heads, hidden=(6,)), "all", likelihood=likelihood, example_input=x)
+        potential = Potential(bnn, x, y)
+        z = 0.3 * torch.randn(3, potential.dim)
+        values = potential.unpack(z)[0]
+        f = bnn.forward_draws(values, x)
+        expected = likelihood.training_log_prob(f, y, bnn.latents_of(values)).sum(-1)
+        density = potential.batch_log_density(z, x, y)
+        training = potential.batch_log_density(z, x, y, training=True)
+        assert torch.allclose(training - density, expected - bnn.log_likelihood(values, x, y).sum(-1), atol=1e-4)
+        assert torch.equal(training, density) == same

@@ -31,11 +31,12 @@ INIT_STRATEGIES = ("map", "current")
 
 
 def _map_loss(potential: Potential, z: torch.Tensor) -> torch.Tensor:
-    return -potential.log_density(z.unsqueeze(0)).squeeze(0) / potential.num_data
+    return _map_batch_loss(potential, z, potential.x, potential.y)
 
 
 def _map_batch_loss(potential: Potential, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return -potential.batch_log_density(z.unsqueeze(0), x, y).squeeze(0) / potential.num_data
+    """−(training objective + log prior)/N at ``z`` ``[D]``: the MAP of the ``map`` backend."""
+    return -potential.batch_log_density(z.unsqueeze(0), x, y, training=True).squeeze(0) / potential.num_data
 
 
 #: the converging MAP start (``tol`` > 0): window of steps whose mean loss is compared, windows without
@@ -105,7 +106,10 @@ def initial_point(
 
     ``"current"``: the network's current weights and the latents' prior medians.
     ``"map"``: from there, Adam (:class:`~inference.optim.lean_adam.LeanAdam`, the training loop's
-    optimiser) on −log π(z)/N (the MAP in unconstrained coordinates); deterministic parameters
+    optimiser) on −log π(z)/N (the MAP in unconstrained coordinates) with the likelihood's training
+    objective — the same optimum as the ``map`` backend's, i.e. the β-NLL one of a heteroscedastic
+    likelihood, whose density alone lets the variance head starve the mean (Seitzer et al. 2022);
+    the chains then target the density itself; deterministic parameters
     the model trains are optimised jointly and then kept at their fitted values (written into the
     network).  With ``tol`` = 0, exactly ``map_steps`` steps at a cosine-decayed rate (``map_lr``
     to ``map_lr``/10); with ``tol`` > 0 at most ``map_steps`` steps, stopping on convergence
