@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import sys
 import tempfile
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,22 +31,19 @@ from zoo import BayesianNetwork
 from zoo.architectures import MLP
 from zoo.likelihoods import make_likelihood
 
-TINY = {
-    "svi": dict(epochs=5, batch_size=8), "svi-lrt": dict(epochs=5, batch_size=8),
-    "graves": dict(epochs=5, batch_size=8), "sparse-vd": dict(epochs=5, batch_size=8, kl_anneal_epochs=2),
-    "kingma-vd": dict(epochs=5, batch_size=8, kl_anneal_epochs=2), "radial": dict(epochs=5, batch_size=8),
-    "map": dict(epochs=5, batch_size=8), "mc-dropout": dict(epochs=5, batch_size=8, num_samples=6),
-    "laplace": dict(map_steps=20, num_samples=6),
-    "swag": dict(epochs=4, burnin_epochs=2, batch_size=8, num_samples=6, max_rank=2),
-    "multiswag": dict(epochs=4, burnin_epochs=2, batch_size=8, num_samples=3, max_rank=2, num_members=2),
-    "ensemble": dict(epochs=5, batch_size=8, num_members=2),
-    "deep-ensemble": dict(epochs=5, batch_size=8, num_members=2),
-    "hmc": dict(num_chains=1, warmup_steps=6, num_samples=6, map_steps=20, num_steps=4, compile=False),
-    "nuts": dict(num_chains=1, warmup_steps=6, num_samples=6, map_steps=20, max_tree_depth=3, compile=False),
-    **{name: dict(num_chains=1, num_samples=6, thin=1, warmup_steps=6, map_steps=20, batch_size=8)
-       for name in ("sgld", "psgld", "sghmc")},
-    "csgmcmc": dict(num_chains=1, num_samples=6, thin=1, map_steps=20, batch_size=8, num_cycles=2),
-}
+
+def _tiny_settings() -> dict:
+    """The smallest settings that run each backend end to end: ``TINY`` of
+    tests/test_backends_x_likelihoods.py (one list for the tests and this check)."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "test_backends_x_likelihoods.py"
+    spec = importlib.util.spec_from_file_location("backends_x_likelihoods", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TINY
+
+
+TINY = _tiny_settings()
+
 #: extra configurations: (name, backend, stochastic, likelihood, options)
 EXTRA = [
     ("laplace-kfac-glm", "laplace", "all", "gaussian", dict(map_steps=20, num_samples=6, hessian="kfac",
