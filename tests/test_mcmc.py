@@ -23,7 +23,7 @@ from inference.evaluation.diagnostics import convergence_metrics, convergence_wa
 from inference.mcmc import compilation
 from inference.mcmc.compilation import LazyCompile, compile_blocker, should_compile
 from inference.optim.potential import Potential
-from inference.optim.start import PlateauStop, initial_point
+from inference.optim.start import initial_point
 from lab.run_spec import RunSpec
 from lab.runs import execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
@@ -117,40 +117,20 @@ def test_map_init_reaches_the_posterior_mode(conjugate_regression):
     assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05  # Gaussian: mode = mean
 
 
-def test_map_start_stops_on_convergence(conjugate_regression):
-    """With a tolerance the MAP start stops well before its cap, at the mode (a Gaussian's mean)."""
-    data = conjugate_regression
-    pot = Potential(linear_bnn(data), data.x, data.y)
-    z, record = initial_point(pot, "map", map_steps=20000, map_lr=0.05, tol=1e-3)
-    assert record["map_converged"] and record["map_steps"] < 5000
-    assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05
-    fixed = initial_point(pot, "map", map_steps=300, map_lr=0.05)[1]  # tol 0: exactly map_steps steps
-    assert fixed["map_steps"] == 300 and not fixed["map_converged"]
-
-
-def test_map_start_with_trained_deterministic_layers_converges():
-    """Last-layer model (the body trained jointly): the MAP start stops on convergence and writes the body."""
+def test_map_start_with_trained_deterministic_layers_fits_the_body():
+    """Last-layer model (the body trained jointly): the MAP start writes the fitted body into the network,
+    takes its budget of minibatch steps and raises the log density."""
     data = make_conjugate_regression()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(data.x.shape[1], 8), nn.Tanh(), nn.Linear(8, 1))
     bnn = BayesianNetwork(net, "last", NormalPrior(1.0), GaussianLikelihood(noise_sd=data.noise_sd), output_dim=1)
     body = net[0].weight.detach().clone()
     pot = Potential(bnn, data.x, data.y)
-    z, record = initial_point(pot, "map", map_steps=3000, map_lr=0.05, tol=1e-2)
-    assert record["map_converged"] and record["map_steps"] < 3000
-    assert not torch.equal(net[0].weight, body)  # the body was fitted
     start = initial_point(pot, "current", 0, 0.01)[1]["init_log_density"]
+    z, record = initial_point(pot, "map", map_steps=800, map_lr=0.05)
+    assert 800 <= record["map_steps"] < 800 + len(data.x) / 64 + 1
+    assert not torch.equal(net[0].weight, body) and not net.training  # the body was fitted; eval mode for π
     assert record["init_log_density"] > start
-
-
-def test_plateau_stop_halves_the_rate_and_stops():
-    """A flat loss: the rate halves after every ``patience`` windows and the fit stops after ``halvings``;
-    a loss that keeps falling by more than the tolerance never stops."""
-    plateau = PlateauStop(0.01, 1e-3, window=10, patience=2, halvings=3)
-    steps = next(k for k in range(1, 10000) if plateau.update(1.0))
-    assert steps == 10 * (1 + 2 * 3) and plateau.lr == 0.01 / 8
-    falling = PlateauStop(0.01, 1e-3, window=10, patience=2, halvings=3)
-    assert not any(falling.update(10.0 * 0.99 ** (k // 10)) for k in range(2000)) and falling.lr == 0.01
 
 
 def test_compile_rule_compiles_only_where_it_pays(monkeypatch):
@@ -318,7 +298,7 @@ def test_adaptation_windows_follow_stan():
         ({"max_tree_depth": 0}, "max_tree_depth"),
         ({"init": "prior"}, "unknown init"),
         ({"compile": "yes"}, "compile.* must be true or false or one of 'auto'"),
-        ({"map_tol": -1e-3}, "map_tol must be a non-negative"),
+        ({"map_tol": 1e-3}, "unknown option"),
         ({"num_steps": 10}, "unknown option"),
     ],
 )

@@ -55,10 +55,9 @@ class ChainConfig:
         adapt_step_size / adapt_mass: switch the warm-up adaptations.
         dense_mass: adapt a dense instead of a diagonal inverse mass matrix.
         max_energy_error: an energy error above this marks a divergent transition.
-        init: ``"map"`` (an Adam MAP fit first) or ``"current"`` (the network's weights).
-        map_steps / map_lr / map_tol: the MAP fit's cap on full-batch Adam steps, its learning rate
-            and its convergence tolerance (a relative change of the loss; it stops on convergence,
-            :func:`inference.optim.start.initial_point`; 0: exactly ``map_steps`` cosine-decayed steps).
+        init: ``"map"`` (the ``map`` backend's MAP fit first) or ``"current"`` (the network's weights).
+        map_steps / map_lr: the MAP fit's budget of minibatch Adam steps and its learning rate
+            (:func:`inference.optim.start.initial_point`).
         init_jitter: sd of the Gaussian jitter added to the start of every chain
             (unconstrained coordinates).
         pool_adaptation: estimate one inverse mass matrix from the warm-up draws of all
@@ -81,9 +80,8 @@ class ChainConfig:
     dense_mass: bool = False
     max_energy_error: float = 1000.0
     init: str = "map"
-    map_steps: int = 20000
+    map_steps: int = 2000
     map_lr: float = 0.01
-    map_tol: float = 1e-3
     init_jitter: float = 0.01
     compile: Union[bool, Literal["auto"]] = "auto"
     pool_adaptation: bool = False
@@ -101,7 +99,7 @@ class ChainConfig:
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)}")
         if not 0 < self.target_accept < 1:
             raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept}")
-        for name in ("init_jitter", "map_tol"):
+        for name in ("init_jitter",):
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a non-negative number, got {getattr(self, name)}")
@@ -157,7 +155,7 @@ class HMCBackend(Backend):
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, config.map_tol)
+        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed)
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
         starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)

@@ -198,7 +198,7 @@ class LaplaceBackend(Backend):
                                        validation_fraction=config.validation_fraction,
                                        grid=config.prior_precision_grid, **fit_options)
         w, latents, log_lik, eigenvalues, basis, record = map_and_curvature(bnn, layout, x, y, structure, path, p0,
-                                                                            progress=progress, **fit_options)
+                                                                            progress=progress, seed=seed, **fit_options)
         mu0 = mu0.to(w.device)
         sq_norm = float((p0.to(w.device) * (w.double() - mu0) ** 2).sum())
         if rule == "marglik":

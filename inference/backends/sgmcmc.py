@@ -74,9 +74,9 @@ class SGMCMCConfig:
             the start point (the module docstring, docs/mcmc.md "SG-MCMC step sizes").
         batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
             Unused when fitting from a DataLoader (its batches are used).
-        init: ``"map"`` (quick Adam MAP fit first) or ``"current"`` (the network's weights).
-        map_steps / map_lr: the MAP fit's full-batch Adam steps (a DataLoader's batches when
-            fitting from one) and learning rate.  A step size right for the stiffest direction
+        init: ``"map"`` (the ``map`` backend's MAP fit first) or ``"current"`` (the network's weights).
+        map_steps / map_lr: the MAP fit's budget of minibatch Adam steps (a DataLoader's batches when
+            fitting from one) and learning rate (:func:`inference.optim.start.initial_point`).  A step size right for the stiffest direction
             hardly moves the flat ones (energy's noise precision would relax over ~10⁵ steps), so
             the start sets the noise level: after 1000 steps it was still 95 (prior median 69),
             after 3000 the overfitted ~1 500 (docs/mcmc.md, "SG-MCMC step sizes").
@@ -242,7 +242,7 @@ class SGMCMCBackend(Backend):
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
         loader = x if isinstance(x, LoaderBatches) else None
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, data=loader)
+        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed, data=loader)
         z = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
         estimate = gradient_estimator(potential, loader, config.batch_size, generator)
         step_record = {}

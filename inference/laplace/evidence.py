@@ -102,7 +102,7 @@ def validation_search(bnn, layout: WeightLayout, x, y, structure: str, path: str
     state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
     try:
         w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x[fit_rows], y[fit_rows], structure, path, p0,
-                                                           init, map_steps, map_lr, progress)
+                                                           init, map_steps, map_lr, progress, seed)
         grid = torch.tensor(grid or VALIDATION_GRID, dtype=torch.float64)
         unit = covariance_root(structure, basis, torch.ones_like(eigenvalues), w.dtype)
         scores = closed_form_nll(bnn, w.detach(), unit, eigenvalues, grid, x[held_out], y[held_out], predictive)

@@ -1,6 +1,6 @@
 """The MAP and the prior-whitened GGN there: the Gaussian of the Laplace approximation before δ.
 
-1. MAP: :func:`inference.optim.start.initial_point` (full-batch Adam on −log π, deterministic
+1. MAP: :func:`inference.optim.start.initial_point` (the ``map`` backend's minibatch fit, deterministic
    parameters trained jointly when the model trains them, then held); ``init="current"`` keeps the
    network's weights as they are (a network trained elsewhere: post-hoc Laplace, Daxberger et al.
    2021) and sets the likelihood's latents (a learned noise precision, a Student-t's scale and ν) to
@@ -61,12 +61,12 @@ def hessian_structure(hessian: str, max_full_dim: int, layout: WeightLayout) -> 
 
 
 def map_and_curvature(bnn, layout: WeightLayout, x, y, structure: str, path: str, p0: torch.Tensor, init: str,
-                      map_steps: int, map_lr: float, progress: bool) -> MapCurvature:
-    """The MAP on ``(x, y)`` (``init``, ``map_steps``, ``map_lr`` of :func:`~inference.optim.start.initial_point`)
+                      map_steps: int, map_lr: float, progress: bool, seed: int = 0) -> MapCurvature:
+    """The MAP on ``(x, y)`` (``init``, ``map_steps``, ``map_lr``, ``seed`` of :func:`~inference.optim.start.initial_point`)
     and the GGN of ``structure`` there (Jacobians by ``path``), whitened by the prior precisions ``p0`` ``[P]``
     (steps 1–3 of the module docstring)."""
     potential = Potential(bnn, x, y)
-    z, record = initial_point(potential, init, map_steps, map_lr, progress)
+    z, record = initial_point(potential, init, map_steps, map_lr, progress, seed)
     with frozen_deterministic(bnn):
         values, _ = potential.unpack(z.unsqueeze(0))
         values = {k: v[0] for k, v in values.items()}

@@ -143,23 +143,11 @@ class Potential:
         x, y = (self.x, self.y) if index is None else (self.x[index], self.y[index])
         return self.batch_log_density(z, x, y)
 
-    def batch_log_density(self, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                          training: bool = False) -> torch.Tensor:
-        """``[C]`` log π(z) with the likelihood of the batch ``x [n, ...]``, ``y [n, ...]`` scaled by N/n.
-
-        ``training``: the likelihood's training objective
-        (:meth:`~zoo.likelihoods.Likelihood.training_log_prob`) in place of its density — the objective
-        whose optimum is the project's MAP (the β-NLL of a heteroscedastic likelihood, Seitzer et al.
-        2022; the density itself for every other likelihood, bitwise).  Samplers use the density.
-        """
+    def batch_log_density(self, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``[C]`` log π(z) with the likelihood of the batch ``x [n, ...]``, ``y [n, ...]`` scaled by N/n."""
         values, log_det = self.unpack(z)
         scale = self.num_data / x.shape[0]
-        if training:
-            f = self.bnn.forward_draws(values, x)
-            log_lik = self.bnn.likelihood.training_log_prob(f, y, self.bnn.latents_of(values))
-        else:
-            log_lik = self.bnn.log_likelihood(values, x, y)
-        lp = log_det + scale * log_lik.sum(-1)
+        lp = log_det + scale * self.bnn.log_likelihood(values, x, y).sum(-1)
         if self._fast:
             w = (z[..., : self._fast_stop] - self._loc) * self._inv_scale
             lp = lp + (self._log_norm - 0.5 * (w * w).sum(-1))
