@@ -87,3 +87,18 @@ def test_sampler_start_is_the_map_backends_fit():
                     lr=0.01)
     values = potential.unpack(z.unsqueeze(0))[0]
     assert all(torch.equal(values[name][0], reference.draws[name][0, 0]) for name in reference.draws)
+
+
+def test_ratio_table_pairs_each_heteroscedastic_row_with_its_gaussian_row():
+    import pandas as pd
+    spec = importlib.util.spec_from_file_location("heteroscedastic_ratio", ROOT / "benchmarks" / "heteroscedastic_ratio.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = dict(dataset="energy", backend="svi", stochastic="all", n=20, failed_fit=0, test_ll_mean=-1.0, test_ll_se=0.1,
+               coverage_90_mean=0.9, rmse_se=0.01)
+    summary = pd.DataFrame([{**row, "likelihood": "gaussian", "rmse_mean": 0.5},
+                            {**row, "likelihood": "heteroscedastic", "rmse_mean": 0.7, "failed_fit": 3},
+                            {**row, "stochastic": "last", "likelihood": "heteroscedastic", "rmse_mean": 0.4}])
+    lines, worst = module.ratio_table(summary)
+    assert worst == pytest.approx(1.4)
+    assert lines[2].endswith("| 3/20 | 0.500 | -1.00 | **1.40** |") and lines[3].endswith("| — | — | — |")
