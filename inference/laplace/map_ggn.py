@@ -4,7 +4,7 @@
    parameters trained jointly when the model trains them, then held); ``init="current"`` keeps the
    network's weights as they are (a network trained elsewhere: post-hoc Laplace, Daxberger et al.
    2021) and sets the likelihood's latents (a learned noise precision, a Student-t's scale and ν) to
-   their MAP for those weights (:func:`latents_at_map`), as deterministic pretraining does for VI.
+   their MAP for those weights (:func:`~inference.optim.latent_fit.latents_at_map`), as deterministic pretraining does for VI.
 2. Curvature: the GGN G of the negative log-likelihood over the random *weights* at the MAP, built from
    the likelihood's output Fisher (:mod:`inference.laplace.curvature`): dense ``[P, P]``, Kronecker-
    factored per ``nn.Linear`` layer (KFAC, Martens & Grosse 2015; Ritter et al. 2018) or diagonal
@@ -21,11 +21,11 @@ import torch
 
 from inference.laplace.curvature import WeightLayout, ggn, kfac, kfac_unsupported
 from inference.laplace.laplace_posterior import KronRoot
-from inference.optim.latent_fit import fit_latents
+from inference.optim.latent_fit import latents_at_map
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.start import initial_point
 
-__all__ = ["MapCurvature", "hessian_structure", "map_and_curvature", "covariance_root", "latents_at_map"]
+__all__ = ["MapCurvature", "hessian_structure", "map_and_curvature", "covariance_root"]
 
 
 class MapCurvature(NamedTuple):
@@ -99,13 +99,3 @@ def covariance_root(structure: str, basis, inv_sd: torch.Tensor, dtype):
     if structure == "kfac":
         return KronRoot.with_sds(basis, inv_sd).to(dtype)
     return (basis * inv_sd[None, :] if structure == "full" else basis * inv_sd).to(dtype)
-
-
-def latents_at_map(bnn, values: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
-    """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
-    (:func:`inference.optim.latent_fit.fit_latents` on the network's eval-mode outputs over ``x``), started
-    from the values there."""
-    weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
-    with torch.no_grad():
-        f = bnn.forward_single(weights, x)
-    return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()})

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 import torch
 from torch.distributions import biject_to
 
-__all__ = ["fit_latents", "network_outputs"]
+__all__ = ["fit_latents", "network_outputs", "latents_at_map"]
 
 
 def fit_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str, torch.Tensor],
@@ -76,3 +76,13 @@ def network_outputs(bnn, values: Mapping[str, torch.Tensor], batches: Iterable) 
             outputs.append(bnn.forward_single(values, xb))
             targets.append(yb)
     return torch.cat(outputs), torch.cat(targets)
+
+
+def latents_at_map(bnn, values: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
+    (:func:`fit_latents` on the network's eval-mode outputs over ``x``), started
+    from the values there."""
+    weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
+    with torch.no_grad():
+        f = bnn.forward_single(weights, x)
+    return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()})
