@@ -215,9 +215,7 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     data = []
     for k, (bnn, x, y) in enumerate(zip(bnns, xs, ys)):
         x, y = check_training_data(bnn, x, y)
-        like = {"device": bnn.target_scale.device, "dtype": bnn.target_scale.dtype}
-        x = x.to(**like) if x.is_floating_point() else x.to(like["device"])
-        y = y.to(**like) if y.is_floating_point() else y.to(like["device"])
+        x, y = _placed(bnn, x, y, y)
         bnn.check_forward(x)
         blocker = batch_blocker(bnn, backend, config)
         if blocker is not None:

@@ -43,10 +43,12 @@ class PriorDrawsBackend(Backend):
 
 
 @pytest.fixture
-def toy_backend(monkeypatch):
-    monkeypatch.setitem(BACKENDS, "prior-draws", BACKENDS.get("prior-draws"))  # removed again after the test
+def toy_backend():
     register_backend(PriorDrawsBackend())
-    yield BACKENDS["prior-draws"]
+    try:
+        yield BACKENDS["prior-draws"]
+    finally:
+        del BACKENDS["prior-draws"]
 
 
 def _problem():

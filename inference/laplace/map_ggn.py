@@ -71,7 +71,7 @@ def map_and_curvature(bnn, layout: WeightLayout, x, y, structure: str, path: str
         values, _ = potential.unpack(z.unsqueeze(0))
         values = {k: v[0] for k, v in values.items()}
         if (init == "current" or map_steps == 0) and bnn.latent_priors():  # weights as given
-            values.update(latents_at_map(bnn, values, x, y))
+            values.update(latents_at_map(bnn, values, [(x, y)]))
             record["latents"] = "map given the weights"
         w = layout.flatten(values)
         latents = {k: values[k] for k in bnn.latent_priors()}

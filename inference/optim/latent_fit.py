@@ -78,11 +78,10 @@ def network_outputs(bnn, values: Mapping[str, torch.Tensor], batches: Iterable) 
     return torch.cat(outputs), torch.cat(targets)
 
 
-def latents_at_map(bnn, values: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
+def latents_at_map(bnn, values: dict, batches: Iterable) -> dict:
     """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
-    (:func:`fit_latents` on the network's eval-mode outputs over ``x``), started
-    from the values there."""
+    (:func:`fit_latents` on the network's outputs over the ``(x, y)`` ``batches``, :func:`network_outputs`;
+    eval mode for the samplers and Laplace), started from the values there."""
     weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
-    with torch.no_grad():
-        f = bnn.forward_single(weights, x)
+    f, y = network_outputs(bnn, weights, batches)
     return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()})

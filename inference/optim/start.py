@@ -50,11 +50,15 @@ def epoch_log_density(potential: Potential, z: torch.Tensor, data: LoaderBatches
     return total
 
 
+def _batches_per_epoch(num_data: int, num_batches: Optional[int]) -> int:
+    """A DataLoader's ``num_batches``, or the batches of :data:`MAP_BATCH_SIZE` rows in ``num_data``."""
+    return num_batches if num_batches is not None else math.ceil(num_data / min(MAP_BATCH_SIZE, num_data))
+
+
 def map_epochs(num_data: int, num_batches: Optional[int], map_steps: int) -> int:
     """Epochs of about ``map_steps`` minibatch steps: ``⌈map_steps / batches per epoch⌉`` (at least 1), batches
     of :data:`MAP_BATCH_SIZE` rows (or a DataLoader's ``num_batches``)."""
-    per_epoch = num_batches if num_batches is not None else math.ceil(num_data / min(MAP_BATCH_SIZE, num_data))
-    return max(1, math.ceil(map_steps / per_epoch))
+    return max(1, math.ceil(map_steps / _batches_per_epoch(num_data, num_batches)))
 
 
 def initial_point(
@@ -81,8 +85,8 @@ def initial_point(
     loader's batches are used, and the record's log density is summed over one pass
     (:func:`epoch_log_density`).
 
-    The record holds ``init``, ``init_log_density`` and, for a MAP fit, ``map_steps`` (the steps
-    taken), ``map_seconds`` and ``map_lr``.
+    The record holds ``init``, ``init_log_density`` and, for a MAP fit, ``map_steps`` (the budget in whole
+    epochs), ``map_seconds`` and ``map_lr``.
     """
     if init not in INIT_STRATEGIES:
         raise ValueError(f"unknown init {init!r}; valid: {', '.join(INIT_STRATEGIES)}")
@@ -107,13 +111,11 @@ def initial_point(
         values = fit_map(bnn, x, y, options, seed, progress, desc="MAP start").values
     except NonFiniteLossError as err:  # the last finite point
         values = err.posterior.values
-    bnn.net.eval()  # the potential's mode (the MAP fit ran the network as the map backend does)
     if bnn.latent_priors():  # the latents at their MAP for these weights: minibatch Adam lags in them
-        if data is not None:
-            x, y = (torch.cat(parts) for parts in zip(*data.epoch(torch.Generator())))
-        values.update(latents_at_map(bnn, values, x, y))
+        batches = [(x, y)] if data is None else data.epoch(torch.Generator())  # a loader keeps its own order
+        values.update(latents_at_map(bnn, values, batches))
     z = potential.pack(values).detach()
-    steps = epochs * (num_batches or math.ceil(potential.num_data / min(MAP_BATCH_SIZE, potential.num_data)))
+    steps = epochs * _batches_per_epoch(potential.num_data, num_batches)
     record.update(map_steps=steps, map_lr=map_lr, map_seconds=time.perf_counter() - started,
                   init_log_density=log_density(z.unsqueeze(0)))
     return z, record
