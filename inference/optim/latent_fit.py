@@ -81,7 +81,7 @@ def network_outputs(bnn, values: Mapping[str, torch.Tensor], batches: Iterable) 
 def latents_at_map(bnn, values: dict, batches: Iterable) -> dict:
     """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
     (:func:`fit_latents` on the network's outputs over the ``(x, y)`` ``batches``, :func:`network_outputs`;
-    eval mode for the samplers and Laplace), started from the values there."""
+    eval mode for Laplace), started from the values there."""
     weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
     f, y = network_outputs(bnn, weights, batches)
     return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()})
