@@ -15,7 +15,7 @@ from zoo.data import BUNDLED_UCI, load_uci
 from .grid_runs import GridRun, available_backends, run_key
 
 __all__ = ["uci_grid", "uci_nuts_grid", "bdl_grid", "paper_protocols_grid", "uci_published", "paper_published",
-           "uci_cells", "uci_run", "uci_names", "bdl_options", "UCI_BACKENDS", "UCI_SGLD_STEP", "UCI_NUTS",
+           "uci_cells", "uci_run", "uci_names", "bdl_options", "UCI_BACKENDS", "UCI_NUTS",
            "UCI_LIKELIHOODS", "UCI_STEPS", "UCI_BATCH", "PUBLISHED_UCI", "BDL_METHODS", "BDL_SWAG_EPOCHS",
            "BDL_DIGITS_EPOCHS", "PAPER_PUBLISHED", "PAPER_DIGITS"]
 
@@ -30,17 +30,14 @@ def uci_names(data_root) -> list:
     return [f"uci:{p}" for p in folders]
 
 
-#: uci-benchmark backends, their options (sgld's step size: :data:`UCI_SGLD_STEP`), and the stochastic selections
+#: uci-benchmark backends, their options, and the stochastic selections.  SGLD takes its default step size, set
+#: per fit from the curvature at the start (inference.sgmcmc.step_sizes: stationary variance at most 1.1× the
+#: target's along the stiffest direction) — the rule a user gets, for every likelihood
 UCI_BACKENDS = {
     "svi": ({}, ("all", "last")),
     "radial": ({}, ("all", "last")),
     "sgld": ({"num_chains": 2, "num_samples": 100, "thin": 10, "warmup_steps": 1000}, ("all", "last")),
 }
-#: SGLD step size ε₀ per likelihood: about half the stability limit 4/λ of the drift z + (ε/2)∇log π, λ the
-#: largest eigenvalue of −∇² log π at the MAP start (power iteration with exact Hessian-vector products), the
-#: largest over the bundled sets' split 0 and {all, last}: Gaussian 7.0e5 (energy), Student-t 4.8e6 (energy),
-#: heteroscedastic 1.7e8 (yacht) — a log-variance head lets a well-fitted point's precision e^(−s) grow.
-UCI_SGLD_STEP = {"gaussian": 3e-6, "studentt": 4e-7, "heteroscedastic": 1.2e-8}
 #: the optional last-layer NUTS grid ``uci-nuts`` (the whole network takes minutes per split on 2 cores)
 UCI_NUTS = {"num_chains": 2, "warmup_steps": 200, "num_samples": 200, "map_steps": 5000}
 #: uci-benchmark's likelihood axis (:data:`zoo.likelihoods.LIKELIHOODS` names)
@@ -64,8 +61,6 @@ def uci_cells(fast: bool, data_root) -> list:
 def uci_run(split, data, name, epochs, backend, stochastic, options, likelihood="gaussian") -> GridRun:
     """One UCI run of the shared protocol; identical specs get identical keys in every UCI grid."""
     variational = backend in ("svi", "radial")
-    if backend == "sgld":
-        options = {**options, "step_size": UCI_SGLD_STEP[likelihood]}
     spec = RunSpec(data=data, model="mlp", hidden=[50], stochastic=stochastic, backend=backend, split=split,
                    likelihood=likelihood, backend_options=dict(options), epochs=epochs if variational else None,
                    batch_size=UCI_BATCH if variational else None)

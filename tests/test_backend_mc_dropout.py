@@ -50,6 +50,29 @@ def test_draws_are_dropout_masks_of_the_fitted_weights():
     assert torch.equal(biases, biases[:1].expand_as(biases))  # not dropped: a point estimate
 
 
+def test_the_noise_precision_is_refitted_to_the_mc_predictive_on_the_training_rows():
+    """Learned under dropout, τ absorbs the masks' spread; the stored draws carry the τ that maximises the
+    mixture over the stored masks on the training rows plus its log prior, one
+    value in every draw, and below the dropped-out fit's own τ the mixture would be counted twice."""
+    x, y = _data()
+    bnn = _bnn()
+    posterior = fit(bnn, x, y, backend="mc-dropout", seed=0, dropout=0.3, num_samples=100, **OPTIONS)
+    tau = posterior.draws["noise_precision"][0]  # [S, 1]
+    assert torch.equal(tau, tau[:1].expand_as(tau))
+    weights = {k: v[0] for k, v in posterior.draws.items() if k != "noise_precision"}
+    with torch.no_grad():
+        f = torch.stack([bnn.forward_single({k: v[s] for k, v in weights.items()}, x) for s in range(100)])
+    prior = bnn.likelihood.latent_priors(1)["noise_precision"]
+
+    def objective(precision):
+        latents = {"noise_precision": torch.full((1, 1), precision)}
+        log_lik = bnn.likelihood.log_prob(f, y, latents).logsumexp(0).sum()  # y: the fit's (standardised) targets
+        return float(log_lik + prior.log_prob(latents["noise_precision"][0]))
+
+    best = float(tau[0, 0])
+    assert all(objective(best * factor) < objective(best) for factor in (0.8, 0.95, 1.05, 1.25))
+
+
 def test_reproducible_for_a_seed_and_different_across_seeds(tmp_path):
     x, y = _data()
     a = fit(_bnn(), x, y, backend="mc-dropout", seed=0, num_samples=50, **OPTIONS)

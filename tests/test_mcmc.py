@@ -117,6 +117,23 @@ def test_map_init_reaches_the_posterior_mode(conjugate_regression):
     assert ((z - data.post_mean).abs() / data.post_sd).max() < 0.05  # Gaussian: mode = mean
 
 
+def test_map_start_sets_the_noise_precision_to_its_map_for_the_fitted_weights(conjugate_regression):
+    """A short minibatch budget leaves a learned noise precision behind its optimum; the start sets it to
+    the closed-form MAP for the fitted weights (Gamma(a, b) prior: (a − 1 + N/2) / (b + RSS/2))."""
+    data = conjugate_regression
+    torch.manual_seed(0)
+    bnn = linear_bnn(data, learn_noise=True)
+    likelihood = bnn.likelihood
+    pot = Potential(bnn, data.x, data.y)
+    z, _ = initial_point(pot, "map", map_steps=30, map_lr=0.01)
+    values = pot.unpack(z.unsqueeze(0))[0]
+    weights = {k: v[0] for k, v in values.items() if k != "noise_precision"}
+    rss = float(((bnn.forward_single(weights, data.x) - data.y) ** 2).sum())
+    prior = likelihood.latent_priors(1)["noise_precision"].base_dist
+    exact = (float(prior.concentration) - 1 + len(data.y) / 2) / (float(prior.rate) + rss / 2)
+    assert float(values["noise_precision"][0, 0]) == pytest.approx(exact, rel=1e-4)
+
+
 def test_map_start_with_trained_deterministic_layers_fits_the_body():
     """Last-layer model (the body trained jointly): the MAP start writes the fitted body into the network,
     takes its budget of minibatch steps and raises the log density."""

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from inference.dropout.gal2016 import GAL2016_TRAINING, cell_draws, search_gal2016
-from inference.dropout.sampling import dropout_layers, fit_dropout_map, masked_draws
+from inference.dropout.sampling import dropout_layers, fit_dropout_map, masked_draws, predictive_latents
 from inference.optim.map import MAPOptions, run_info
 from inference.optim.training import NonFiniteLossError, OptimiserOptions
 from inference.posterior import SamplePosterior
@@ -148,14 +148,16 @@ class MCDropoutBackend(Backend):
         rate = config.dropout if config.dropout is not None else (getattr(bnn.net, "dropout", 0.0) or DEFAULT_DROPOUT)
         bnn.net.eval()  # the backend applies dropout itself, at the chosen layers only
 
-        def posterior(fit) -> SamplePosterior:
+        def posterior(fit, draws) -> SamplePosterior:
             info = run_info(self.name, config, seed, x, started, dropout=rate, dropout_sites=list(layers),
                             num_samples=config.num_samples, history=fit.history)
-            return SamplePosterior(bnn, masked_draws(fit.values, layers, rate, config.num_samples, seed), info=info)
+            return SamplePosterior(bnn, draws, info=info)
 
         try:
             fit = fit_dropout_map(bnn, x, y, config, layers, rate, seed, progress)
         except NonFiniteLossError as error:
-            error.posterior = posterior(error.posterior)
+            error.posterior = posterior(error.posterior, masked_draws(error.posterior.values, layers, rate,
+                                                                      config.num_samples, seed))
             raise
-        return posterior(fit)
+        draws = masked_draws(fit.values, layers, rate, config.num_samples, seed)
+        return posterior(fit, predictive_latents(bnn, draws, x, y))

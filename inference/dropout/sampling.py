@@ -8,7 +8,9 @@ inputs (fresh per-example masks each step) and those weights' log prior scaled b
 
 Dropout on a layer's inputs with a mask z ∈ {0, 1}^in shared by all points equals the weight
 W·diag(z)/q, so the posterior stores S mask sets as S weight draws of every dropout layer
-(:func:`masked_draws`).
+(:func:`masked_draws`).  The likelihood's latents (a noise precision) learned while dropout perturbs the
+training outputs absorb the dropout's own spread, which the mixture over masks then adds again; the
+draws' latents are therefore refitted to the MC predictive on the training rows (:func:`predictive_latents`).
 """
 from __future__ import annotations
 
@@ -18,9 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inference.optim.batches import LoaderBatches
+from inference.optim.latent_fit import fit_predictive_latents
 from inference.optim.map import MAPFit, fit_map
 
-__all__ = ["dropout_layers", "input_dropout", "masked_draws", "fit_dropout_map"]
+__all__ = ["dropout_layers", "input_dropout", "masked_draws", "fit_dropout_map", "predictive_latents",
+           "PREDICTIVE_ROWS"]
+
+#: training rows (at most, the first ones) on which the latents are refitted to the MC predictive
+PREDICTIVE_ROWS = 4096
 
 
 def dropout_layers(bnn) -> dict[str, nn.Linear]:
@@ -75,3 +83,40 @@ def fit_dropout_map(bnn, x, y, config, layers: dict, rate: float, seed: int, pro
     ``config`` holds the MAP optimiser's options (:class:`~inference.optim.map.MAPOptions`)."""
     return fit_map(bnn, x, y, config, seed, progress, prior_weights={name: 1.0 - rate for name in layers},
                    training_context=lambda: input_dropout(layers.values(), rate), desc=f"mc-dropout (p={rate:g})")
+
+
+def predictive_latents(bnn, draws: dict, x, y) -> dict:
+    """``draws`` with the likelihood's latents replaced, in every draw, by those that maximise the MC
+    dropout predictive's log density on the training rows plus their log prior
+    (:func:`~inference.optim.latent_fit.fit_predictive_latents`; the first :data:`PREDICTIVE_ROWS` rows).
+
+    Trained under dropout, a learned noise precision τ fits the residuals *of the dropped-out network*,
+    so it already holds the spread the mixture over masks adds at prediction: the predictive counts
+    that spread twice and over-covers (energy, defaults: coverage_90 1.00).  Gal & Ghahramani 2016 choose
+    τ for the predictive on validation data (``protocol="gal2016"``); this is the same criterion on the
+    training rows, without a refit.  ``draws`` ``{site: [1, S, ...]}`` (:func:`masked_draws`); ``x`` the
+    inputs ``[N, ...]`` and ``y`` the standardised targets ``[N, T]``, or ``x`` a
+    :class:`~inference.optim.batches.LoaderBatches` (``y`` ``None``).  No latents: ``draws`` unchanged."""
+    latent_names = set(bnn.latent_priors())
+    if not latent_names:
+        return draws
+    xs, ys = _training_rows(x, y)
+    weights = {k: v[0] for k, v in draws.items() if k not in latent_names}
+    with torch.no_grad():
+        f = torch.stack([bnn.forward_single({k: v[s] for k, v in weights.items()}, xs)
+                         for s in range(next(iter(weights.values())).shape[0])])
+    fitted = fit_predictive_latents(bnn.likelihood, f, ys, {k: draws[k][0, 0] for k in latent_names})
+    return {k: (fitted[k].expand_as(v[0, 0]).expand(v.shape).clone() if k in fitted else v) for k, v in draws.items()}
+
+
+def _training_rows(x, y) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(x, LoaderBatches):
+        return x[:PREDICTIVE_ROWS], y[:PREDICTIVE_ROWS]
+    xs, ys, rows = [], [], 0
+    for xb, yb in x.epoch(torch.Generator()):
+        xs.append(xb)
+        ys.append(yb)
+        rows += xb.shape[0]
+        if rows >= PREDICTIVE_ROWS:
+            break
+    return torch.cat(xs)[:PREDICTIVE_ROWS], torch.cat(ys)[:PREDICTIVE_ROWS]

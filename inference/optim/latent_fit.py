@@ -15,12 +15,13 @@ the weights' learning rate, and the variational guide starts there.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+import math
+from typing import Callable, Iterable, Mapping
 
 import torch
 from torch.distributions import biject_to
 
-__all__ = ["fit_latents", "network_outputs", "latents_at_map"]
+__all__ = ["fit_latents", "fit_predictive_latents", "network_outputs", "latents_at_map"]
 
 
 def fit_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str, torch.Tensor],
@@ -37,18 +38,45 @@ def fit_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str
     Returns:
         ``{site: [T]}``, detached; ``start`` itself where the optimum is not finite.
     """
-    priors = likelihood.latent_priors(y.shape[-1], dtype=torch.float64, device=f.device)
+    f64, y64 = f.detach().double().unsqueeze(0), y.detach().double()
+    return _latent_map(likelihood, y64.shape, f.device, start, max_iter,
+                       lambda latents: likelihood.training_log_prob(f64, y64, latents).sum())
+
+
+def fit_predictive_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str, torch.Tensor],
+                           max_iter: int = 200) -> dict[str, torch.Tensor]:
+    """The latents that maximise the *predictive* log density of a mixture over S output draws:
+
+        θ̂ = argmax_θ  Σ_n log (1/S) Σ_s p(y_n | f_sn, θ) + log p(θ),
+
+    for a posterior whose predictive is that mixture with the latents shared by every draw
+    (MC dropout's mask draws).  With one draw it is :func:`fit_latents` on the honest density.
+
+    Args:
+        f: output draws ``[S, N, P]`` (standardised units); ``y`` ``[N, T]``; ``start`` ``{site: [T]}``.
+    Returns:
+        ``{site: [T]}``, detached; ``start`` itself where the optimum is not finite.
+    """
+    f64, y64 = f.detach().double(), y.detach().double()
+    log_s = math.log(f64.shape[0])
+    return _latent_map(likelihood, y64.shape, f.device, start, max_iter,
+                       lambda latents: (likelihood.log_prob(f64, y64, latents).logsumexp(0) - log_s).sum())
+
+
+def _latent_map(likelihood, shape: torch.Size, device, start: Mapping[str, torch.Tensor], max_iter: int,
+                log_lik: Callable[[dict], torch.Tensor]) -> dict[str, torch.Tensor]:
+    """argmax over the latents θ of ``log_lik({site: [1, T]})`` + log p(θ) by L-BFGS in unconstrained
+    float64 coordinates (the module docstring), the objective per data point (``shape`` is ``y``'s, ``[N, T]``)."""
+    priors = likelihood.latent_priors(shape[-1], dtype=torch.float64, device=device)
     if not priors:
         return {}
-    f64, y64 = f.detach().double().unsqueeze(0), y.detach().double()
     transforms = {name: biject_to(prior.support) for name, prior in priors.items()}
     raw = {name: transforms[name].inv(start[name].detach().double()).clone().requires_grad_(True) for name in priors}
 
     def objective() -> torch.Tensor:
         latents = {name: transforms[name](u) for name, u in raw.items()}
-        log_lik = likelihood.training_log_prob(f64, y64, {n: v.unsqueeze(0) for n, v in latents.items()}).sum()
         log_prior = sum(priors[name].log_prob(value) for name, value in latents.items())
-        return -(log_lik + log_prior) / f64.shape[1]
+        return -(log_lik({n: v.unsqueeze(0) for n, v in latents.items()}) + log_prior) / shape[0]
 
     optimizer = torch.optim.LBFGS(list(raw.values()), lr=1.0, max_iter=max_iter, tolerance_grad=1e-10,
                                   tolerance_change=1e-14, line_search_fn="strong_wolfe")
@@ -81,7 +109,7 @@ def network_outputs(bnn, values: Mapping[str, torch.Tensor], batches: Iterable) 
 def latents_at_map(bnn, values: dict, batches: Iterable) -> dict:
     """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
     (:func:`fit_latents` on the network's outputs over the ``(x, y)`` ``batches``, :func:`network_outputs`;
-    eval mode for Laplace), started from the values there."""
+    eval mode for the samplers and Laplace), started from the values there."""
     weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
     f, y = network_outputs(bnn, weights, batches)
     return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()})
