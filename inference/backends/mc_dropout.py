@@ -13,6 +13,11 @@ the other random sites their full negative log prior, and the noise precision τ
 λ = q l² / (2 N τ), i.e. τ = q l² / (2 N λ), the relation of Gal & Ghahramani 2016 between
 the noise precision, the length-scale and the weight decay.  Other priors enter the same
 way (q times their log density), which is the paper's derivation only for Normal priors.
+Learned under dropout, τ fits the residuals of the dropped-out network, so it holds the masks'
+spread that the MC predictive adds again; after the fit the stored draws' latents are set to
+those that maximise the MC predictive's log density on the training rows
+(:func:`inference.dropout.sampling.predictive_latents`), the criterion by which the paper
+chooses τ on validation data.
 
 The posterior: dropout on a layer's inputs with a mask z ∈ {0, 1}^in shared by all points
 equals the weight W·diag(z)/q, so at the end of the fit ``num_samples`` S mask sets are
