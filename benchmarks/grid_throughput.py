@@ -68,7 +68,8 @@ def batched(specs, datas) -> tuple[float, list]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["energy", "yacht"])
-    parser.add_argument("--backends", nargs="+", default=["svi", "map", "ensemble"], choices=["svi", "map", "ensemble"])
+    parser.add_argument("--backends", nargs="+", default=["svi", "radial", "map", "ensemble"],
+                        choices=["svi", "radial", "map", "ensemble"])
     parser.add_argument("--splits", type=int, default=20, help="standard splits per data set (default 20)")
     args = parser.parse_args(argv)
     if not 2 <= args.splits <= 20:

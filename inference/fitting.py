@@ -19,6 +19,7 @@ from inference.backends import get_backend, loader_backends
 from inference.backends.base import check_fit_size, check_loader, check_training_data, parse_config
 from inference.multifit.blockers import STACKABLE, batch_blocker
 from inference.multifit.stacked_map import fit_ensemble_stacked, fit_map_stacked
+from inference.multifit.stacked_radial import fit_radial_stacked
 from inference.multifit.stacked_svi import fit_svi_stacked
 
 __all__ = ["fit", "fit_many", "preserved_session", "resolve_device", "batch_signature", "STACKED_BACKENDS",
@@ -154,7 +155,7 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
 
 
 #: backends with a stacked engine: name -> ``(bnns, xs, ys, config, seeds, progress) -> [Posterior | error]``
-STACKED_BACKENDS = dict(zip(STACKABLE, (fit_map_stacked, fit_svi_stacked, fit_ensemble_stacked)))
+STACKED_BACKENDS = dict(zip(STACKABLE, (fit_map_stacked, fit_svi_stacked, fit_ensemble_stacked, fit_radial_stacked)))
 
 
 def _distribution_key(d) -> tuple:
@@ -171,12 +172,12 @@ def _distribution_key(d) -> tuple:
 def batch_signature(bnn: BayesianNetwork, backend: str, x: torch.Tensor, y: torch.Tensor) -> tuple:
     """Fits with equal signatures (and equal options) can share a batch: architecture and sites, the
     non-random parameters and buffers, likelihood, latent priors (and for MAP the weight priors), the data
-    shapes, dtype and device.  (``svi`` stacks each fit's own Normal weight-prior parameters.)"""
+    shapes, dtype and device.  (``svi`` and ``radial`` stack each fit's own Normal weight-prior parameters.)"""
     sites = tuple((s.name, tuple(s.shape)) for s in bnn.sites)
     fixed = tuple((n, tuple(t.reshape(-1).tolist())) for n, t in
                   [*((n, p) for n, p in bnn.net.named_parameters() if n not in {s.name for s in bnn.sites}),
                    *bnn.net.named_buffers()])
-    priors = bnn.latent_priors() if backend == "svi" else bnn.prior_distributions()
+    priors = bnn.latent_priors() if backend in ("svi", "radial") else bnn.prior_distributions()
     return (type(bnn.net).__name__, repr(bnn.net), sites, fixed, repr(bnn.likelihood),
             tuple((n, _distribution_key(d)) for n, d in priors.items()),
             tuple(x.shape), tuple(y.shape), str(x.dtype), str(x.device), str(bnn.target_scale.dtype))
@@ -189,7 +190,7 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     Args:
         bnns: K :class:`~zoo.bnn.BayesianNetwork` s (each fit's own model, e.g. built under its own seed).
         xs, ys: K training sets (tensors or arrays, as for :func:`inference.fit`; the same number of rows).
-        backend: ``"map"``, ``"ensemble"`` or ``"svi"`` (:data:`STACKED_BACKENDS`).
+        backend: ``"map"``, ``"ensemble"``, ``"svi"`` or ``"radial"`` (:data:`STACKED_BACKENDS`).
         seeds: K seeds (default ``0, 1, ..., K−1``): fit k's minibatch order and random draws.
         progress: one tqdm bar for the batch.
         **options: the backend's options, shared by every fit (see its ``Config``).

@@ -1,6 +1,6 @@
 """Grid runs that differ only in split or seed, fitted as one stacked program (:func:`inference.fit_many`).
 
-:func:`group_runs` puts runs of a backend with a stacked engine (``map``, ``ensemble``, ``svi``) whose specs are
+:func:`group_runs` puts runs of a backend with a stacked engine (``map``, ``ensemble``, ``svi``, ``radial``) whose specs are
 equal but for ``split`` and ``seed`` (no dataset builder, no prerequisite, no pruning) into
 :class:`RunBatch` es of at most ``size`` runs; every other run stays alone.  :func:`run_batch` (in
 a worker) loads each run's data, builds each run's model as :func:`lab.runs.execute` would, fits

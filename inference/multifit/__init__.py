@@ -9,8 +9,9 @@ result is what ``fit(bnns[k], xs[k], ys[k], backend=..., seed=seeds[k], **option
 float rounding (same seed, same protocol; tested in ``tests/test_multifit.py``).
 
 Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.stacked_map`)
-and ``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
-:mod:`inference.multifit.stacked_svi`).
+, ``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
+:mod:`inference.multifit.stacked_svi`) and ``radial`` on its fused path with the exact cross-entropy
+(Normal weight priors; :mod:`inference.multifit.stacked_radial`).
 :func:`~inference.multifit.blockers.batch_blocker` says why a fit cannot join a batch (then it runs one at a time, as before):
 another backend or ELBO path, trainable deterministic parameters (one network shared by all draws),
 partially random parameters, layers that are random at training time (dropout, batch norm) or

@@ -12,11 +12,14 @@ from torch import nn
 from zoo.bnn import BayesianNetwork
 
 from inference.variational.elbo_paths import choose_elbo_path
+from inference.variational.guides import stock_model_blocker
+from inference.variational.latents import normal_prior_params
+from inference.variational.radial_kl import resolve_mc_kl
 
 __all__ = ["STACKABLE", "batch_blocker"]
 
 #: backends with a stacked engine (:data:`inference.fitting.STACKED_BACKENDS`, in this order)
-STACKABLE = ("map", "svi", "ensemble")
+STACKABLE = ("map", "svi", "ensemble", "radial")
 
 #: layers whose training-time forward is random or batch-dependent: such fits run one at a time
 _TRAINING_TIME_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
@@ -43,4 +46,24 @@ def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
         path, reason = choose_elbo_path(bnn, config)
         if path != "fused":
             return f"the svi fit takes the Pyro-trace ELBO path ({reason})"
+    if backend == "radial":
+        return _radial_blocker(bnn, config)
+    return None
+
+
+def _radial_blocker(bnn: BayesianNetwork, config) -> Optional[str]:
+    """The stacked Radial engine runs the fused path with the exact cross-entropy, Normal weight priors."""
+    if config.elbo_path == "pyro-trace":
+        return "the radial fit takes the Pyro-trace ELBO path (requested)"
+    if resolve_mc_kl(config.mc_kl_samples, config.mc_kl_estimator)[1] != "exact":
+        return "the radial fit estimates the cross-entropy by Monte Carlo (mc_kl_samples / mc_kl_estimator)"
+    reason = stock_model_blocker(bnn)
+    if reason is not None:
+        return f"the radial fit cannot take the fused path ({reason})"
+    distributions = bnn.prior_distributions()
+    for site in bnn.sites:
+        try:
+            normal_prior_params(distributions[site.name], site.name)
+        except ValueError:
+            return f"site {site.name!r} has no Normal prior (the exact Radial cross-entropy needs one)"
     return None

@@ -31,8 +31,10 @@ from torch.func import vmap
 from tqdm.auto import tqdm
 
 from inference.optim.training import HISTORY_KEYS, kl_weight, lr_scheduler
+from inference.variational.latents import normal_prior_params
 
-__all__ = ["StackedBatches", "stacked_forward", "stacked_log_likelihood", "run_stacked_loop", "per_fit_norms"]
+__all__ = ["StackedBatches", "stacked_forward", "stacked_log_likelihood", "stacked_normal_priors", "run_stacked_loop",
+           "per_fit_norms"]
 
 
 class StackedBatches:
@@ -89,6 +91,17 @@ def stacked_log_likelihood(likelihood, f: torch.Tensor, y: torch.Tensor, latents
     return vmap(one)(f, y, latents)
 
 
+def stacked_normal_priors(bnns: list, name: str, like: torch.Tensor) -> tuple:
+    """``(m, s)`` of site ``name``'s Normal prior in every fit: floats when all fits share them, else
+    ``[K, *shape]`` tensors."""
+    params = [normal_prior_params(bnn.prior_distributions()[name], name) for bnn in bnns]
+    if all(not isinstance(m, torch.Tensor) and not isinstance(s, torch.Tensor) for m, s in params) \
+            and len(set(params)) == 1:
+        return params[0]
+    return tuple(torch.stack([torch.as_tensor(p[i], dtype=like.dtype, device=like.device).expand(like.shape[1:])
+                              for p in params]) for i in (0, 1))
+
+
 def per_fit_norms(params: list) -> torch.Tensor:
     """``[K]`` gradient norms of each fit over the stacked ``params`` (each ``[K, ...]``, ``.grad`` set)."""
     total = None
@@ -101,7 +114,7 @@ def per_fit_norms(params: list) -> torch.Tensor:
 
 
 def run_stacked_loop(step_terms: Callable, params: list, data: StackedBatches, config, histories: list,
-                     desc: str, progress: bool, on_stop: Callable) -> list:
+                     desc: str, progress: bool, on_stop: Callable, on_epoch: Optional[Callable] = None) -> list:
     """Train the stacked ``params`` by Adam over the fits' minibatches; the loop of
     :func:`inference.optim.training.run_training_loop` for K fits at once.
 
@@ -116,6 +129,7 @@ def run_stacked_loop(step_terms: Callable, params: list, data: StackedBatches, c
         desc, progress: tqdm label and switch.
         on_stop: ``on_stop(k, step, what)`` when fit k's loss or gradient becomes non-finite, before any
             update with it: the caller keeps fit k's current (last finite) parameters.
+        on_epoch: ``on_epoch(epoch, alive)`` after each epoch's history rows (``alive``: the fits not stopped).
     Returns:
         ``[step or None]`` per fit: the step at which it stopped (``None``: it finished).
     """
@@ -162,4 +176,6 @@ def run_stacked_loop(step_terms: Callable, params: list, data: StackedBatches, c
             if stopped[k] is None:
                 for key, value in zip(HISTORY_KEYS, (epoch, means[0][k], means[1][k], means[2][k], beta, lr)):
                     history[key].append(value)
+        if on_epoch is not None:
+            on_epoch(epoch, [k for k in range(count) if stopped[k] is None])
     return stopped

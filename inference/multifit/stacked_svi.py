@@ -36,8 +36,8 @@ from inference.variational.guides import build_guide
 from inference.optim.latent_fit import fit_latents
 from inference.posterior import VariationalPosterior
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
-from inference.variational.latents import normal_prior_params
-from inference.multifit.stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
+from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood,
+                                       stacked_normal_priors)
 
 __all__ = ["fit_svi_stacked", "pretrain_stacked"]
 
@@ -73,17 +73,6 @@ def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -
         for k in range(count):
             fitted[k].update(fit_latents(template.likelihood, f[k], y[k], start))
     return fitted
-
-
-def _stacked_priors(bnns: list, name: str, like: torch.Tensor) -> tuple:
-    """``(m, s)`` of site ``name``'s Normal prior in every fit: floats when all fits share them, else
-    ``[K, *shape]`` tensors."""
-    params = [normal_prior_params(bnn.prior_distributions()[name], name) for bnn in bnns]
-    if all(not isinstance(m, torch.Tensor) and not isinstance(s, torch.Tensor) for m, s in params) \
-            and len(set(params)) == 1:
-        return params[0]
-    return tuple(torch.stack([torch.as_tensor(p[i], dtype=like.dtype, device=like.device).expand(like.shape[1:])
-                              for p in params]) for i in (0, 1))
 
 
 def _normal_kl(loc, sigma, m, s) -> torch.Tensor:
@@ -130,7 +119,7 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
             .clone().requires_grad_(True) for n in sites}
     raws = {n: torch.stack([r.detach() for g in guides for name, _, r in g._site_parameters() if name == n])
             .clone().requires_grad_(True) for n in sites}
-    priors = {n: _stacked_priors(bnns, n, locs[n]) for n in weights}
+    priors = {n: stacked_normal_priors(bnns, n, locs[n]) for n in weights}
     latent_priors = template.latent_priors()
     forward = stacked_forward(template)
     histories = [{key: [] for key in HISTORY_KEYS} for _ in bnns]

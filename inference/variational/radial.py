@@ -68,13 +68,14 @@ def radial_entropy_constant(dim: int) -> float:
     return 0.5 * math.log(math.pi * math.e / 2) + log_sphere - 0.5 * (dim - 1) * (_EULER_GAMMA + math.log(2.0))
 
 
-def radial_noise(shape: torch.Size, event_dim: int, like: torch.Tensor) -> torch.Tensor:
+def radial_noise(shape: torch.Size, event_dim: int, like: torch.Tensor,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """ξ = r ε/‖ε‖ of ``shape``, normalised over the last ``event_dim`` dims (no gradient).
 
-    Draws ε ``[shape]`` then r ``[batch, 1, ..]`` from the global generator (the stream of
-    :meth:`RadialNormal.rsample`), with the dtype and device of ``like``.
+    Draws ε ``[shape]`` then r ``[batch, 1, ..]`` from ``generator`` (default: the global one, the
+    stream of :meth:`RadialNormal.rsample`), with the dtype and device of ``like``.
     """
-    options = {"dtype": like.dtype, "device": like.device}
+    options = {"dtype": like.dtype, "device": like.device, "generator": generator}
     eps = torch.randn(shape, **options)
     dims = tuple(range(-event_dim, 0))
     norm = torch.linalg.vector_norm(eps, dim=dims, keepdim=True) if event_dim else eps.abs()

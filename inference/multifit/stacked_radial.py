@@ -1,0 +1,180 @@
+"""K Radial fits (the ``radial`` backend on its fused ELBO path, exact cross-entropy) as one stacked program.
+
+Each fit follows :func:`inference.variational.fit.fit_guide` with the Radial guide
+(:class:`inference.variational.radial.AutoRadial`, Farquhar, Osborne & Gal 2020) on a model whose weight
+priors are all Normal, as :mod:`inference.multifit.stacked_svi` does for the mean-field guide:
+
+1. deterministic pretraining (``pretrain_epochs``), stacked (:func:`~inference.multifit.stacked_svi.pretrain_stacked`);
+2. fit k's guide built as one fit builds it (under ``torch.manual_seed(seed_k)``);
+3. per step and fit, :meth:`AutoRadial.elbo_terms` with the exact cross-entropy: w = μ + e^s ⊙ ξ with
+   ξ = r ε/‖ε‖ per weight tensor, and
+
+       KL(q ‖ N(m, p²)) = Σ_i [log p_i + ½ log 2π + ((μ_i − m_i)² + σ_i²/D) / (2 p_i²)] − Σ_i s_i − H(ξ_D)
+
+   (:mod:`inference.variational.radial_kl`), the likelihood latents' one-sample log q − log p, and
+   the network once for all fits.
+
+Random numbers: fit k draws from its own generator, which continues the global stream its
+one-at-a-time fit would use, in that fit's order — each Radial site's ε then r, then the other sites'
+Normal noise, then the data plate's ``randperm(N)`` on a minibatch step.  The rule-based sparsity
+(``track_sparsity``) is recorded per epoch from each fit's own guide, as one fit records it.  What
+differs from one-at-a-time fits is float rounding (the KL's gradient comes from autograd here, from
+a written-out backward there).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+
+import pyro
+import torch
+from torch.distributions import biject_to
+
+from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood,
+                                        stacked_normal_priors)
+from inference.multifit.stacked_svi import pretrain_stacked
+from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
+from inference.posterior import VariationalPosterior
+from inference.variational.guides import build_guide
+from inference.variational.pruning import guide_sparsity
+from inference.variational.radial import radial_entropy_constant, radial_noise
+
+__all__ = ["fit_radial_stacked"]
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def radial_exact_kl(loc: torch.Tensor, log_scale: torch.Tensor, prior_loc, prior_scale) -> torch.Tensor:
+    """``[K]`` KL of each fit's Radial factor (row k of ``loc``, ``log_scale`` ``[K, *shape]``) from its Normal
+    prior N(m, p²) (floats or ``[K, *shape]``), with the exact cross-entropy (module docstring)."""
+    count, dim = loc.shape[0], max(1, loc[0].numel())
+    sigma = torch.exp(log_scale)
+    centred = loc - prior_loc
+    p = torch.as_tensor(prior_scale, dtype=loc.dtype, device=loc.device).expand_as(loc)
+    cross = torch.log(p) + _HALF_LOG_2PI + (centred * centred + sigma * sigma / dim) / (2 * p * p)
+    return (cross - log_scale).reshape(count, -1).sum(1) - radial_entropy_constant(dim)
+
+
+def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
+    """K ``radial`` fits on the fused path with the exact cross-entropy; per fit a
+    :class:`~inference.posterior.VariationalPosterior`, or a :class:`~inference.optim.training.NonFiniteLossError`
+    carrying its last finite posterior.
+
+    Args as :func:`inference.multifit.stacked_map.fit_map_stacked`; ``config`` is a
+    :class:`~inference.backends.variational.RadialConfig` whose estimator resolves to ``"exact"``.
+    """
+    started = time.perf_counter()
+    template, count = bnns[0], len(bnns)
+    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+    data = StackedBatches(xs, ys, config.batch_size, generators)
+    num_data = data.num_data
+    init = [None] * count
+    if config.pretrain_epochs:
+        init = pretrain_stacked(bnns, data, config.pretrain_epochs, config.pretrain_lr or config.lr)
+        for bnn, values in zip(bnns, init):
+            bnn.update_reference({s.name: values[s.name] for s in bnn.sites})
+    guide_kwargs = {"init_scale": config.init_scale, "mc_kl_samples": config.mc_kl_samples,
+                    "mc_kl_estimator": config.mc_kl_estimator}
+    device = xs.device
+    guides, noise_generators = [], []
+    for bnn, values, seed in zip(bnns, init, seeds):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(int(seed))
+            guides.append(build_guide("radial", bnn, init_values=values, **guide_kwargs))
+            cpu = torch.Generator().set_state(torch.get_rng_state())
+            on_device = cpu if device.type == "cpu" else \
+                torch.Generator(device).set_state(torch.cuda.get_rng_state(device) if device.type == "cuda"
+                                                  else torch.get_rng_state())
+            noise_generators.append((on_device, cpu))
+    radial_sites = dict(guides[0]._radial_sites)  # name -> event dims, the model's order
+    other_sites = list(guides[0]._other_sites)
+    sites = list(radial_sites) + other_sites
+    locs = {n: torch.stack([g.site_params(n)[0].detach() for g in guides]).clone().requires_grad_(True) for n in sites}
+    log_scales = {n: torch.stack([g.site_params(n)[1].detach() for g in guides]).clone().requires_grad_(True)
+                  for n in sites}
+    priors = {n: stacked_normal_priors(bnns, n, locs[n]) for n in radial_sites}
+    latent_priors = template.latent_priors()
+    weight_names = {s.name for s in template.sites}
+    forward = stacked_forward(template)
+    threshold, track = config.prune_threshold, config.track_sparsity
+    histories = [{key: [] for key in HISTORY_KEYS + ("sparsity", "layer_sparsity")} for _ in bnns]
+    snapshots: dict = {}
+
+    def draw_noise(batch_rows: int) -> dict:
+        noise = {n: torch.empty_like(locs[n]) for n in sites}
+        for k, (generator, cpu) in enumerate(noise_generators):
+            for n, event_dim in radial_sites.items():
+                noise[n][k] = radial_noise(locs[n].shape[1:], event_dim, locs[n], generator)
+            for n in other_sites:
+                noise[n][k].normal_(generator=generator)
+            if batch_rows < num_data:
+                torch.randperm(num_data, generator=cpu)  # the data plate's subsample draw (fused path, CPU)
+        return noise
+
+    def step_terms(xb, yb):
+        noise = draw_noise(xb.shape[1])
+        kl, values, latent_values = 0.0, {}, {}
+        for n in radial_sites:
+            values[n] = torch.addcmul(locs[n], torch.exp(log_scales[n]), noise[n])
+            kl = kl + radial_exact_kl(locs[n], log_scales[n], *priors[n])
+        for n in other_sites:
+            u = torch.addcmul(locs[n], torch.exp(log_scales[n]), noise[n])
+            transform = biject_to(latent_priors[n].support)
+            z = transform(u)
+            log_q = (-0.5 * noise[n] * noise[n] - log_scales[n] - _HALF_LOG_2PI).reshape(count, -1).sum(1) \
+                - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
+            kl = kl + log_q - latent_priors[n].log_prob(z).reshape(count, -1).sum(1)
+            latent_values[n] = z
+        f = forward({n: v for n, v in values.items() if n in weight_names}, xb)
+        log_lik = stacked_log_likelihood(template.likelihood, f, yb, latent_values)
+        return log_lik * (num_data / xb.shape[1]), kl
+
+    def load(k: int, fitted: dict) -> None:
+        with torch.no_grad():
+            for n in sites:
+                loc, log_scale = guides[k].site_params(n)
+                loc.copy_(fitted[n][0])
+                log_scale.copy_(fitted[n][1])
+
+    def current(k: int) -> dict:
+        return {n: (locs[n][k].detach().clone(), log_scales[n][k].detach().clone()) for n in sites}
+
+    def on_stop(k, step, what):
+        snapshots[k] = (step, what, current(k))
+
+    rule = guides[0].pruning_rule()
+    rule_threshold = rule.check_threshold(threshold)
+    pruned_sites = [n for n in radial_sites if n in weight_names]
+
+    def on_epoch(epoch, alive):
+        """Each fit's rule-based sparsity (:func:`inference.variational.pruning.guide_sparsity` on its guide:
+        |μ| / (σ/√D) below the threshold, or already pruned), computed on the stacked tensors."""
+        with torch.no_grad():
+            counts, layers = {}, {}
+            for n in pruned_sites:
+                loc = locs[n].detach()
+                scale = torch.exp(log_scales[n].detach() - 0.5 * math.log(max(1, loc[0].numel())))
+                mask = ((loc == 0) & (scale == 0)) | rule.mask(loc.abs() / scale, rule_threshold)
+                counts[n] = mask.reshape(count, -1).sum(1).tolist()
+                layers[n] = mask.reshape(count, -1).float().mean(1).tolist() if mask[0].numel() else [0.0] * count
+        total = sum(locs[n][0].numel() for n in pruned_sites)
+        for k in alive:
+            histories[k]["layer_sparsity"].append({n: layers[n][k] for n in pruned_sites})
+            histories[k]["sparsity"].append(sum(counts[n][k] for n in pruned_sites) / total if total else 0.0)
+
+    with pyro.validation_enabled(False):
+        stopped = run_stacked_loop(step_terms, list(locs.values()) + list(log_scales.values()), data, config,
+                                   histories, f"radial x{count} ({template.num_random} random)", progress, on_stop,
+                                   on_epoch if track else None)
+    seconds = (time.perf_counter() - started) / count
+    results = []
+    for k, (bnn, guide) in enumerate(zip(bnns, guides)):
+        load(k, snapshots[k][2] if k in snapshots else current(k))
+        info = {"backend": "radial", "config": asdict(config), "seed": int(seeds[k]),
+                "num_samples": config.num_samples, "num_data": num_data, "history": histories[k],
+                "mc_kl_samples": None, "mc_kl_estimator": "exact", "elbo_path": "fused", "fit_seconds": seconds,
+                "sparsity": guide_sparsity(guide, bnn, threshold), "multifit": {"fits": count, "index": k}}
+        posterior = VariationalPosterior(bnn, guide, "radial", guide_kwargs, info)
+        results.append(posterior if stopped[k] is None else NonFiniteLossError(stopped[k], snapshots[k][1], posterior))
+    return results
