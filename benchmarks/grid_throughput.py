@@ -38,13 +38,13 @@ from lab.uci_grids import UCI_BACKENDS, bdl_options, uci_cells, uci_run
 from zoo.data import load_dataset
 
 
-def _specs(dataset: str, backend: str, splits: int) -> list:
+def _specs(dataset: str, backend: str, splits: int, stochastic: str = "all") -> list:
     cells = [c for c in uci_cells(False, None) if c[2] == dataset and c[0] < splits]
     if not cells:
         raise ValueError(f"--datasets: no bundled UCI data set {dataset!r}")
     if backend in UCI_BACKENDS:
-        return [uci_run(*cell, backend, "all", UCI_BACKENDS[backend][0]).spec for cell in cells]
-    return [RunSpec(data=data, model="mlp", hidden=[50], stochastic="all", backend=backend, split=split,
+        return [uci_run(*cell, backend, stochastic, UCI_BACKENDS[backend][0]).spec for cell in cells]
+    return [RunSpec(data=data, model="mlp", hidden=[50], stochastic=stochastic, backend=backend, split=split,
                     **bdl_options(backend, epochs)) for split, data, _, epochs in cells]
 
 
@@ -71,18 +71,20 @@ def main(argv=None) -> None:
     parser.add_argument("--backends", nargs="+", default=["svi", "radial", "map", "ensemble"],
                         choices=["svi", "radial", "map", "ensemble"])
     parser.add_argument("--splits", type=int, default=20, help="standard splits per data set (default 20)")
+    parser.add_argument("--stochastic", choices=["all", "last"], default="all",
+                        help="random weights (last: svi and radial stack each run's trained body too)")
     args = parser.parse_args(argv)
     if not 2 <= args.splits <= 20:
         raise SystemExit("--splits must be between 2 and 20 (the standard error needs two splits)")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    print(f"UCI slice: {args.datasets} x {args.splits} splits x {args.backends}, Gaussian, stochastic=all; "
+    print(f"UCI slice: {args.datasets} x {args.splits} splits x {args.backends}, Gaussian, stochastic={args.stochastic}; "
           f"CPU seconds (process_time), 1 torch thread, shared machine")
     totals = {"single": 0.0, "batched": 0.0}
     count = 0
     groups = [(d, b) for d in args.datasets for b in args.backends]
     for index, (dataset, backend) in enumerate(groups):
-        specs = _specs(dataset, backend, args.splits)
+        specs = _specs(dataset, backend, args.splits, args.stochastic)
         datas = [load_dataset(s.data, split=s.split, seed=s.seed) for s in specs]
         order = (one_at_a_time, batched) if index % 2 == 0 else (batched, one_at_a_time)
         timings = {fn.__name__: fn(specs, datas) for fn in order}

@@ -170,15 +170,17 @@ def _distribution_key(d) -> tuple:
 
 
 def batch_signature(bnn: BayesianNetwork, backend: str, x: torch.Tensor, y: torch.Tensor) -> tuple:
-    """Fits with equal signatures (and equal options) can share a batch: architecture and sites, the
-    non-random parameters and buffers, likelihood, latent priors (and for MAP the weight priors), the data
-    shapes, dtype and device.  (``svi`` and ``radial`` stack each fit's own Normal weight-prior parameters.)"""
+    """Fits with equal signatures (and equal options) can share a batch: architecture and sites, the shapes
+    of the trained deterministic parameters (each fit's own values are stacked), the frozen ones and the
+    buffers, likelihood, latent priors (and for MAP the weight priors), the data shapes, dtype and device.  (``svi`` and ``radial`` stack each fit's own Normal weight-prior parameters.)"""
     sites = tuple((s.name, tuple(s.shape)) for s in bnn.sites)
+    site_names = {s.name for s in bnn.sites}
+    trained = tuple((n, tuple(p.shape)) for n, p in bnn.net.named_parameters() if n not in site_names and p.requires_grad)
     fixed = tuple((n, tuple(t.reshape(-1).tolist())) for n, t in
-                  [*((n, p) for n, p in bnn.net.named_parameters() if n not in {s.name for s in bnn.sites}),
+                  [*((n, p) for n, p in bnn.net.named_parameters() if n not in site_names and not p.requires_grad),
                    *bnn.net.named_buffers()])
     priors = bnn.latent_priors() if backend in ("svi", "radial") else bnn.prior_distributions()
-    return (type(bnn.net).__name__, repr(bnn.net), sites, fixed, repr(bnn.likelihood),
+    return (type(bnn.net).__name__, repr(bnn.net), sites, trained, fixed, repr(bnn.likelihood),
             tuple((n, _distribution_key(d)) for n, d in priors.items()),
             tuple(x.shape), tuple(y.shape), str(x.dtype), str(x.device), str(bnn.target_scale.dtype))
 

@@ -96,6 +96,31 @@ def test_radial_matches_one_at_a_time_fits_with_learned_noise_and_sparsity():
             {key: single.info[key] for key in ("mc_kl_estimator", "mc_kl_samples", "elbo_path", "sparsity")}
 
 
+@pytest.mark.parametrize("backend", ["svi", "radial"])
+def test_a_last_layer_models_body_trains_stacked_as_it_trains_alone(backend):
+    """stochastic='last': each fit's deterministic body is stacked, pretrained and trained with its guide, and
+    written into its own network; guide and body equal the one-at-a-time fit's to float rounding."""
+    def model(seed):
+        torch.manual_seed(seed)
+        net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+        return BayesianNetwork(net, stochastic="last", likelihood=GaussianLikelihood(learn_noise=True), output_dim=1)
+
+    data = [_data(k) for k in range(K)]
+    bnns = [model(k) for k in range(K)]
+    start = [bnn.net[0].weight.detach().clone() for bnn in bnns]
+    fits = fit_many(bnns, [d[0] for d in data], [d[1] for d in data], backend=backend, seeds=[10, 11, 12],
+                    **SVI_OPTIONS)
+    for k, posterior in enumerate(fits):
+        alone = model(k)
+        single = fit(alone, *data[k], backend=backend, seed=10 + k, progress=False, **SVI_OPTIONS)
+        stacked_params = dict(posterior.guide.named_parameters())
+        for name, value in single.guide.named_parameters():
+            torch.testing.assert_close(stacked_params[name].detach(), value.detach(), atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(bnns[k].net[0].weight, start[k], atol=1e-3)  # the body was trained
+        for ours, theirs in zip(bnns[k].net.parameters(), alone.net.parameters()):
+            torch.testing.assert_close(ours.detach(), theirs.detach(), atol=1e-5, rtol=1e-5)
+
+
 def test_radial_with_a_monte_carlo_cross_entropy_is_not_stacked():
     data = [_data(k) for k in range(2)]
     with pytest.raises(ValueError, match="estimates the cross-entropy by Monte Carlo"):
@@ -153,7 +178,7 @@ def test_bad_batches_are_refused_before_any_work():
     bnn = _model(0)
     with pytest.raises(ValueError, match="separate model per fit"):
         fit_many([bnn, bnn], [x, x], [y, y], backend="map")
-    with pytest.raises(ValueError, match="cannot be stacked: the model trains deterministic"):
+    with pytest.raises(ValueError, match="cannot be stacked: the model trains deterministic parameters .* only the svi"):
         fit_many([_model(0, "last"), _model(1, "last")], [x, x], [y, y], backend="map")
     with pytest.raises(ValueError, match="cannot be stacked: backend 'swag'"):
         fit_many([_model(0), _model(1)], [x, x], [y, y], backend="swag")
@@ -223,7 +248,7 @@ def test_a_batch_of_grid_runs_writes_each_run_folder_as_alone(tmp_path):
 
 
 def test_a_batch_that_cannot_be_stacked_runs_its_runs_alone(tmp_path):
-    """Deterministic parameters (stochastic='none') block stacking: each run goes to run_alone, errors per run."""
+    """No random weights (stochastic='none') block stacking: each run goes to run_alone, errors per run."""
     from lab.run_batches import run_batch
 
     runs = [GridRun(f"det-{seed}", RunSpec(data="toy1d", hidden=[8], stochastic="none", seed=seed, epochs=3), {})

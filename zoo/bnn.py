@@ -268,9 +268,13 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         same sites and log joint as :meth:`model` (:func:`zoo.pyro_module.to_pyro_module`)."""
         return to_pyro_module(self)
 
-    def forward_single(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """Network output ``[N, O]`` with the random sites set to one draw ``{site: site-shaped}``."""
+    def forward_single(self, values: Mapping[str, torch.Tensor], x: torch.Tensor,
+                       parameters: Optional[Mapping[str, torch.Tensor]] = None) -> torch.Tensor:
+        """Network output ``[N, O]`` with the random sites set to one draw ``{site: site-shaped}`` and, for
+        this call, the network's deterministic parameters named in ``parameters`` (``{name: tensor}``) replaced."""
         overrides = {name: self._site_by_name[name].to_param(v) for name, v in values.items()}
+        if parameters:
+            overrides.update(parameters)
         if torch.compiler.is_compiling():
             return functional_call(self.net, overrides, (x,), strict=False)
         slots = self.__dict__.get("_parameter_slots")

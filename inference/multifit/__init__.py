@@ -13,7 +13,8 @@ Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod
 :mod:`inference.multifit.stacked_svi`) and ``radial`` on its fused path with the exact cross-entropy
 (Normal weight priors; :mod:`inference.multifit.stacked_radial`).
 :func:`~inference.multifit.blockers.batch_blocker` says why a fit cannot join a batch (then it runs one at a time, as before):
-another backend or ELBO path, trainable deterministic parameters (one network shared by all draws),
+another backend or ELBO path, no random weights, trainable deterministic parameters (one network shared by all
+draws; ``svi`` and ``radial`` stack each fit's own, the body of a last-layer model),
 partially random parameters, layers that are random at training time (dropout, batch norm) or
 without ``vmap`` rules, or a model that overrides the Pyro program.  Fits in one batch must also
 have the same data size N, the same site shapes, likelihood and (MAP) priors (:func:`inference.fitting.batch_signature`).

@@ -16,10 +16,12 @@ from inference.variational.guides import stock_model_blocker
 from inference.variational.latents import normal_prior_params
 from inference.variational.radial_kl import resolve_mc_kl
 
-__all__ = ["STACKABLE", "batch_blocker"]
+__all__ = ["STACKABLE", "TRAINED_BODY", "batch_blocker"]
 
 #: backends with a stacked engine (:data:`inference.fitting.STACKED_BACKENDS`, in this order)
 STACKABLE = ("map", "svi", "ensemble", "radial")
+#: stacked engines that also stack trained deterministic parameters (a last-layer model's body)
+TRAINED_BODY = ("svi", "radial")
 
 #: layers whose training-time forward is random or batch-dependent: such fits run one at a time
 _TRAINING_TIME_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
@@ -31,8 +33,11 @@ def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
         return f"backend {backend!r} has no stacked engine (only {', '.join(STACKABLE)})"
     if type(bnn).model is not BayesianNetwork.model:
         return f"{type(bnn).__name__} overrides the Pyro model"
-    if bnn.deterministic_parameters():
-        return "the model trains deterministic parameters (one network shared by every draw)"
+    if not bnn.sites:
+        return "the model has no random weights (stochastic='none')"
+    if bnn.deterministic_parameters() and backend not in TRAINED_BODY:
+        return (f"the model trains deterministic parameters (one network shared by every draw), which only the "
+                f"{', '.join(TRAINED_BODY)} engines stack")
     if any(site.mask is not None for site in bnn.sites):
         return "the model has partially random parameters"
     if bnn.batched_draws is False:

@@ -33,8 +33,8 @@ from tqdm.auto import tqdm
 from inference.optim.training import HISTORY_KEYS, kl_weight, lr_scheduler
 from inference.variational.latents import normal_prior_params
 
-__all__ = ["StackedBatches", "stacked_forward", "stacked_log_likelihood", "stacked_normal_priors", "run_stacked_loop",
-           "per_fit_norms"]
+__all__ = ["StackedBatches", "stacked_forward", "stacked_body", "write_body", "stacked_log_likelihood",
+           "stacked_normal_priors", "run_stacked_loop", "per_fit_norms"]
 
 
 class StackedBatches:
@@ -72,12 +72,34 @@ class StackedBatches:
                    self._flat_y.index_select(0, rows).reshape(*index.shape, *self.y.shape[2:]))
 
 
-def stacked_forward(bnn) -> Callable:
+def stacked_forward(bnn, body: bool = False) -> Callable:
     """``forward(values {site: [K, *shape]}, x [K, n, ...]) -> [K, n, O]``: fit k's network at its own
     weights and inputs — ``vmap`` of :meth:`~zoo.bnn.BayesianNetwork.forward_single` over both, as the
-    deep-ensemble backend runs its members (``_Members.outputs``).  Networks without ``vmap`` rules are not
-    stacked (:func:`inference.multifit.blockers.batch_blocker`)."""
+    deep-ensemble backend runs its members (``_Members.outputs``).  With ``body``, the signature is
+    ``forward(values, body {name: [K, *shape]}, x)``: fit k's trained deterministic parameters too
+    (:func:`stacked_body`).  Networks without ``vmap`` rules are not stacked
+    (:func:`inference.multifit.blockers.batch_blocker`)."""
+    if body:
+        return vmap(lambda values, params, x: bnn.forward_single(values, x, parameters=params),
+                    in_dims=(0, 0, 0), randomness="different")
     return vmap(bnn.forward_single, in_dims=(0, 0), randomness="different")
+
+
+def stacked_body(bnns: list) -> dict:
+    """``{name: [K, *shape]}`` leaf tensors (with gradients) of the K networks' trained deterministic parameters
+    (the body of a last-layer model, :meth:`~zoo.bnn.BayesianNetwork.deterministic_parameters`); ``{}`` without."""
+    trained = [[(n, p) for n, p in bnn.net.named_parameters() if p.requires_grad] for bnn in bnns]
+    return {name: torch.stack([dict(own)[name].detach() for own in trained]).clone().requires_grad_(True)
+            for name, _ in trained[0]}
+
+
+def write_body(bnn, body: dict, k: int) -> None:
+    """Write row ``k`` of the stacked ``body`` (:func:`stacked_body`, or ``{name: [*shape]}`` with ``k=None``)
+    into ``bnn``'s network, as a one-at-a-time fit leaves its trained deterministic parameters there."""
+    params = dict(bnn.net.named_parameters())
+    with torch.no_grad():
+        for name, value in body.items():
+            params[name].copy_(value if k is None else value[k])
 
 
 def stacked_log_likelihood(likelihood, f: torch.Tensor, y: torch.Tensor, latents: dict) -> torch.Tensor:

@@ -31,8 +31,8 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood,
-                                        stacked_normal_priors)
+from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
+                                        stacked_log_likelihood, stacked_normal_priors, write_body)
 from inference.multifit.stacked_svi import pretrain_stacked
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.posterior import VariationalPosterior
@@ -96,7 +96,8 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     priors = {n: stacked_normal_priors(bnns, n, locs[n]) for n in radial_sites}
     latent_priors = template.latent_priors()
     weight_names = {s.name for s in template.sites}
-    forward = stacked_forward(template)
+    body = stacked_body(bnns)  # a last-layer model's body, trained jointly (after pretraining: its pretrained values)
+    forward = stacked_forward(template, body=bool(body))
     threshold, track = config.prune_threshold, config.track_sparsity
     histories = [{key: [] for key in HISTORY_KEYS + ("sparsity", "layer_sparsity")} for _ in bnns]
     snapshots: dict = {}
@@ -126,7 +127,8 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
                 - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
             kl = kl + log_q - latent_priors[n].log_prob(z).reshape(count, -1).sum(1)
             latent_values[n] = z
-        f = forward({n: v for n, v in values.items() if n in weight_names}, xb)
+        weights = {n: v for n, v in values.items() if n in weight_names}
+        f = forward(weights, body, xb) if body else forward(weights, xb)
         log_lik = stacked_log_likelihood(template.likelihood, f, yb, latent_values)
         return log_lik * (num_data / xb.shape[1]), kl
 
@@ -141,7 +143,7 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
         return {n: (locs[n][k].detach().clone(), log_scales[n][k].detach().clone()) for n in sites}
 
     def on_stop(k, step, what):
-        snapshots[k] = (step, what, current(k))
+        snapshots[k] = (step, what, current(k), {n: v[k].detach().clone() for n, v in body.items()})
 
     rule = guides[0].pruning_rule()
     rule_threshold = rule.check_threshold(threshold)
@@ -164,13 +166,14 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
             histories[k]["sparsity"].append(sum(counts[n][k] for n in pruned_sites) / total if total else 0.0)
 
     with pyro.validation_enabled(False):
-        stopped = run_stacked_loop(step_terms, list(locs.values()) + list(log_scales.values()), data, config,
-                                   histories, f"radial x{count} ({template.num_random} random)", progress, on_stop,
+        stopped = run_stacked_loop(step_terms, list(locs.values()) + list(log_scales.values()) + list(body.values()),
+                                   data, config, histories, f"radial x{count} ({template.num_random} random)", progress, on_stop,
                                    on_epoch if track else None)
     seconds = (time.perf_counter() - started) / count
     results = []
     for k, (bnn, guide) in enumerate(zip(bnns, guides)):
         load(k, snapshots[k][2] if k in snapshots else current(k))
+        write_body(bnn, *((snapshots[k][3], None) if k in snapshots else (body, k)))
         info = {"backend": "radial", "config": asdict(config), "seed": int(seeds[k]),
                 "num_samples": config.num_samples, "num_data": num_data, "history": histories[k],
                 "mc_kl_samples": None, "mc_kl_estimator": "exact", "elbo_path": "fused", "fit_seconds": seconds,

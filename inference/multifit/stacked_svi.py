@@ -36,8 +36,8 @@ from inference.variational.guides import build_guide
 from inference.optim.latent_fit import fit_latents
 from inference.posterior import VariationalPosterior
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
-from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood,
-                                       stacked_normal_priors)
+from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
+                                       stacked_log_likelihood, stacked_normal_priors, write_body)
 
 __all__ = ["fit_svi_stacked", "pretrain_stacked"]
 
@@ -46,28 +46,38 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -> list:
     """:func:`inference.optim.training.pretrain` of K fits at once; returns per fit ``{site: value}`` (weights and
-    latents).  Each fit's loss is its mean −log-likelihood per minibatch, with the latents at their prior means."""
+    latents).  Each fit's loss is its mean −log-likelihood per minibatch, with the latents at their prior means.
+    Trained deterministic parameters (a last-layer model's body, :func:`stacked_body`) train with the sites, and
+    each fit's are written into its network, where a one-at-a-time pretraining leaves them."""
     template, count = bnns[0], len(bnns)
-    forward = stacked_forward(template)
+    body = stacked_body(bnns)
+    forward = stacked_forward(template, body=bool(body))
+
+    def outputs(values, xb):
+        return forward(values, body, xb) if body else forward(values, xb)
+
     latents = {n: d.mean.expand(count, *d.mean.shape) for n, d in template.latent_priors().items()}
     values = {n: torch.stack([bnn.initial_values()[n] for bnn in bnns]).to(data.x).requires_grad_(True)
               for n in (s.name for s in template.sites)}
-    optimizer = torch.optim.Adam(list(values.values()), lr=lr, foreach=True) if values else None
+    params = list(values.values()) + list(body.values())
+    optimizer = torch.optim.Adam(params, lr=lr, foreach=True) if params else None
     last_epoch = []
-    for _ in range(epochs if values else 0):
+    for _ in range(epochs if params else 0):
         last_epoch.clear()
         for xb, yb in data.epoch():
             last_epoch.append((xb, yb))
-            f = forward(values, xb)
+            f = outputs(values, xb)
             loss = -stacked_log_likelihood(template.likelihood, f, yb, latents) / yb.shape[1]
             optimizer.zero_grad()
             loss.sum().backward()
             optimizer.step()
     fitted = [{n: v[k].detach().clone() for n, v in values.items()} for k in range(count)]
+    for k, bnn in enumerate(bnns):
+        write_body(bnn, body, k)
     if latents:
         batches = last_epoch or [(data.x, data.y)]
         with torch.no_grad():
-            f = torch.cat([forward(values, xb) for xb, _ in batches], dim=1)
+            f = torch.cat([outputs(values, xb) for xb, _ in batches], dim=1)
         y = torch.cat([yb for _, yb in batches], dim=1)
         start = {n: d.mean for n, d in template.latent_priors().items()}
         for k in range(count):
@@ -121,7 +131,8 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
             .clone().requires_grad_(True) for n in sites}
     priors = {n: stacked_normal_priors(bnns, n, locs[n]) for n in weights}
     latent_priors = template.latent_priors()
-    forward = stacked_forward(template)
+    body = stacked_body(bnns)  # a last-layer model's body, trained jointly (after pretraining: its pretrained values)
+    forward = stacked_forward(template, body=bool(body))
     histories = [{key: [] for key in HISTORY_KEYS} for _ in bnns]
     snapshots: dict = {}
 
@@ -151,16 +162,17 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
                 - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
             kl = kl + log_q - prior.log_prob(z).reshape(count, -1).sum(1)
             latent_values[n] = z
-        f = forward(values, xb)
+        f = forward(values, body, xb) if body else forward(values, xb)
         log_lik = stacked_log_likelihood(template.likelihood, f, yb, latent_values)
         return log_lik * (num_data / xb.shape[1]), kl
 
     def on_stop(k, step, what):
-        snapshots[k] = (step, what, {n: (locs[n][k].detach().clone(), raws[n][k].detach().clone()) for n in sites})
+        snapshots[k] = (step, what, {n: (locs[n][k].detach().clone(), raws[n][k].detach().clone()) for n in sites},
+                        {n: v[k].detach().clone() for n, v in body.items()})
 
     with pyro.validation_enabled(False):
-        stopped = run_stacked_loop(step_terms, list(locs.values()) + list(raws.values()), data, config, histories,
-                                   f"svi x{count} ({template.num_random} random)", progress, on_stop)
+        stopped = run_stacked_loop(step_terms, list(locs.values()) + list(raws.values()) + list(body.values()), data,
+                                   config, histories, f"svi x{count} ({template.num_random} random)", progress, on_stop)
     seconds = (time.perf_counter() - started) / count
     results = []
     for k, (bnn, guide) in enumerate(zip(bnns, guides)):
@@ -169,6 +181,7 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
                 fitted = snapshots[k][2][n] if k in snapshots else (locs[n][k], raws[n][k])
                 loc.copy_(fitted[0])
                 raw.copy_(fitted[1])
+        write_body(bnn, *((snapshots[k][3], None) if k in snapshots else (body, k)))
         info = {"backend": "svi", "config": asdict(config), "seed": int(seeds[k]), "num_samples": config.num_samples,
                 "num_data": num_data, "history": histories[k], "elbo_path": "fused", "fit_seconds": seconds,
                 "multifit": {"fits": count, "index": k}}
