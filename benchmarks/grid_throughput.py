@@ -69,7 +69,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["energy", "yacht"])
     parser.add_argument("--backends", nargs="+", default=["svi", "radial", "map", "ensemble"],
-                        choices=["svi", "radial", "map", "ensemble"])
+                        choices=["svi", "radial", "map", "ensemble", "sgld"])
     parser.add_argument("--splits", type=int, default=20, help="standard splits per data set (default 20)")
     parser.add_argument("--stochastic", choices=["all", "last"], default="all",
                         help="random weights (last: svi and radial stack each run's trained body too)")

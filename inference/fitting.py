@@ -17,7 +17,7 @@ from zoo.checks import check_seed
 
 from inference.backends import get_backend, loader_backends
 from inference.backends.base import check_fit_size, check_loader, check_training_data, parse_config
-from inference.multifit.blockers import STACKABLE, batch_blocker
+from inference.multifit.blockers import STACKED_STARTS, batch_blocker
 from inference.multifit.stacked_map import fit_ensemble_stacked, fit_map_stacked
 from inference.multifit.stacked_radial import fit_radial_stacked
 from inference.multifit.stacked_svi import fit_svi_stacked
@@ -155,7 +155,8 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
 
 
 #: backends with a stacked engine: name -> ``(bnns, xs, ys, config, seeds, progress) -> [Posterior | error]``
-STACKED_BACKENDS = dict(zip(STACKABLE, (fit_map_stacked, fit_svi_stacked, fit_ensemble_stacked, fit_radial_stacked)))
+STACKED_BACKENDS = {"map": fit_map_stacked, "svi": fit_svi_stacked, "ensemble": fit_ensemble_stacked,
+                    "radial": fit_radial_stacked, **{name: get_backend(name).run_stacked for name in STACKED_STARTS}}
 
 
 def _distribution_key(d) -> tuple:
@@ -192,7 +193,8 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     Args:
         bnns: K :class:`~zoo.bnn.BayesianNetwork` s (each fit's own model, e.g. built under its own seed).
         xs, ys: K training sets (tensors or arrays, as for :func:`inference.fit`; the same number of rows).
-        backend: ``"map"``, ``"ensemble"``, ``"svi"`` or ``"radial"`` (:data:`STACKED_BACKENDS`).
+        backend: ``"map"``, ``"ensemble"``, ``"svi"``, ``"radial"`` or an SG-MCMC backend (its MAP starts
+            stacked, then each fit's chains; :data:`STACKED_BACKENDS`).
         seeds: K seeds (default ``0, 1, ..., K−1``): fit k's minibatch order and random draws.
         progress: one tqdm bar for the batch.
         **options: the backend's options, shared by every fit (see its ``Config``).

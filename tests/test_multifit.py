@@ -96,10 +96,10 @@ def test_radial_matches_one_at_a_time_fits_with_learned_noise_and_sparsity():
             {key: single.info[key] for key in ("mc_kl_estimator", "mc_kl_samples", "elbo_path", "sparsity")}
 
 
-@pytest.mark.parametrize("backend", ["svi", "radial"])
+@pytest.mark.parametrize("backend", ["map", "svi", "radial"])
 def test_a_last_layer_models_body_trains_stacked_as_it_trains_alone(backend):
-    """stochastic='last': each fit's deterministic body is stacked, pretrained and trained with its guide, and
-    written into its own network; guide and body equal the one-at-a-time fit's to float rounding."""
+    """stochastic='last': each fit's deterministic body is stacked, (pre)trained with its sites or guide, and
+    written into its own network; the fit and the body equal the one-at-a-time fit's to float rounding."""
     def model(seed):
         torch.manual_seed(seed)
         net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
@@ -108,17 +108,52 @@ def test_a_last_layer_models_body_trains_stacked_as_it_trains_alone(backend):
     data = [_data(k) for k in range(K)]
     bnns = [model(k) for k in range(K)]
     start = [bnn.net[0].weight.detach().clone() for bnn in bnns]
-    fits = fit_many(bnns, [d[0] for d in data], [d[1] for d in data], backend=backend, seeds=[10, 11, 12],
-                    **SVI_OPTIONS)
+    options = MAP_OPTIONS if backend == "map" else SVI_OPTIONS
+    fits = fit_many(bnns, [d[0] for d in data], [d[1] for d in data], backend=backend, seeds=[10, 11, 12], **options)
     for k, posterior in enumerate(fits):
         alone = model(k)
-        single = fit(alone, *data[k], backend=backend, seed=10 + k, progress=False, **SVI_OPTIONS)
-        stacked_params = dict(posterior.guide.named_parameters())
-        for name, value in single.guide.named_parameters():
+        single = fit(alone, *data[k], backend=backend, seed=10 + k, progress=False, **options)
+        if backend == "map":
+            stacked_params, expected = posterior.draws, single.draws.items()
+        else:
+            stacked_params, expected = dict(posterior.guide.named_parameters()), single.guide.named_parameters()
+        for name, value in expected:
             torch.testing.assert_close(stacked_params[name].detach(), value.detach(), atol=1e-5, rtol=1e-5)
         assert not torch.allclose(bnns[k].net[0].weight, start[k], atol=1e-3)  # the body was trained
         for ours, theirs in zip(bnns[k].net.parameters(), alone.net.parameters()):
             torch.testing.assert_close(ours.detach(), theirs.detach(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend,stochastic", [("sgld", "all"), ("sghmc", "last")])
+def test_sgmcmc_fits_stack_their_map_starts_then_run_their_own_chains(backend, stochastic):
+    """The samplers' MAP starts (and a last-layer body) train as one program, each equal to its fit's own start;
+    the chains from there are the one-at-a-time fit's (draws and default step size to float rounding)."""
+    def model(seed):
+        torch.manual_seed(seed)
+        net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+        return BayesianNetwork(net, stochastic=stochastic, likelihood=GaussianLikelihood(learn_noise=True), output_dim=1)
+
+    options = dict(map_steps=100, num_samples=30, warmup_steps=30, num_chains=2)
+    data = [_data(k) for k in range(K)]
+    bnns = [model(k) for k in range(K)]
+    fits = fit_many(bnns, [d[0] for d in data], [d[1] for d in data], backend=backend, seeds=[10, 11, 12], **options)
+    for k, posterior in enumerate(fits):
+        alone = model(k)
+        single = fit(alone, *data[k], backend=backend, seed=10 + k, progress=False, **options)
+        for name, value in single.draws.items():
+            torch.testing.assert_close(posterior.draws[name], value, atol=1e-4, rtol=1e-4)
+        assert posterior.info["step_size_rule"]["step_size"] == pytest.approx(
+            single.info["step_size_rule"]["step_size"], rel=1e-4)
+        assert posterior.info["multifit"] == {"fits": K, "index": k} and posterior.info["map_steps"] == single.info["map_steps"]
+        for ours, theirs in zip(bnns[k].net.parameters(), alone.net.parameters()):
+            torch.testing.assert_close(ours.detach(), theirs.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_a_sampler_without_a_map_start_is_not_stacked():
+    data = [_data(k) for k in range(2)]
+    with pytest.raises(ValueError, match="no MAP start to stack"):
+        fit_many([_model(k) for k in range(2)], [d[0] for d in data], [d[1] for d in data], backend="sgld",
+                 init="current", num_samples=5, warmup_steps=5)
 
 
 def test_radial_with_a_monte_carlo_cross_entropy_is_not_stacked():
@@ -178,8 +213,8 @@ def test_bad_batches_are_refused_before_any_work():
     bnn = _model(0)
     with pytest.raises(ValueError, match="separate model per fit"):
         fit_many([bnn, bnn], [x, x], [y, y], backend="map")
-    with pytest.raises(ValueError, match="cannot be stacked: the model trains deterministic parameters .* only the svi"):
-        fit_many([_model(0, "last"), _model(1, "last")], [x, x], [y, y], backend="map")
+    with pytest.raises(ValueError, match="cannot be stacked: the model trains deterministic parameters .* only the map"):
+        fit_many([_model(0, "last"), _model(1, "last")], [x, x], [y, y], backend="ensemble")
     with pytest.raises(ValueError, match="cannot be stacked: backend 'swag'"):
         fit_many([_model(0), _model(1)], [x, x], [y, y], backend="swag")
     x2, y2 = _data(1, n=30)

@@ -46,7 +46,10 @@ from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, 
 from inference.posterior import SamplePosterior
 from inference.optim.batches import LoaderBatches, loader_info
 from inference.optim.potential import Potential, frozen_deterministic
-from inference.optim.start import INIT_STRATEGIES, initial_point
+from inference.optim.map import MAPOptions
+from inference.optim.start import INIT_STRATEGIES, MAP_BATCH_SIZE, initial_point, map_epochs
+from inference.optim.training import NonFiniteLossError
+from inference.multifit.stacked_map import fit_map_starts
 from inference.backends.base import Backend
 
 __all__ = [
@@ -237,12 +240,39 @@ class SGMCMCBackend(Backend):
         return thinned(config.warmup_steps, config.thin)
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
+        return self._run(bnn, x, y, config, seed, progress)
+
+    def run_stacked(self, bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
+        """K fits (:func:`inference.fit_many`): their MAP starts as one stacked program
+        (:func:`~inference.multifit.stacked_map.fit_map_starts`, the options :func:`initial_point` uses), then
+        each fit's chains from its start as :meth:`run` runs them.  Per fit a posterior or the
+        :class:`NonFiniteLossError` that stopped it; ``info["map_seconds"]`` is the fit's share of the stacked start."""
+        started = time.perf_counter()
+        options = MAPOptions(epochs=map_epochs(xs.shape[1], None, config.map_steps), lr=config.map_lr,
+                             batch_size=MAP_BATCH_SIZE)
+        starts, _ = fit_map_starts(bnns, xs, ys, options, seeds, progress, f"MAP start x{len(bnns)} (stacked)")
+        share = (time.perf_counter() - started) / len(bnns)
+        results = []
+        for k, (bnn, start, seed) in enumerate(zip(bnns, starts, seeds)):
+            try:
+                posterior = self._run(bnn, xs[k], ys[k], config, int(seed), progress, fitted=start.values)
+            except NonFiniteLossError as error:
+                posterior = error
+            target = posterior.posterior if isinstance(posterior, NonFiniteLossError) else posterior
+            if target is not None:
+                target.info.update(map_seconds=share, fit_seconds=target.info.get("fit_seconds", 0.0) + share,
+                                   multifit={"fits": len(bnns), "index": k})
+            results.append(posterior)
+        return results
+
+    def _run(self, bnn, x, y, config, seed: int, progress: bool, fitted: Optional[dict] = None) -> SamplePosterior:
         started = time.perf_counter()
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
         loader = x if isinstance(x, LoaderBatches) else None
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed, data=loader)
+        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
+                                        data=loader, fitted=fitted)
         z = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
         estimate = gradient_estimator(potential, loader, config.batch_size, generator)
         step_record = {}

@@ -10,11 +10,12 @@ float rounding (same seed, same protocol; tested in ``tests/test_multifit.py``).
 
 Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.stacked_map`)
 , ``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
-:mod:`inference.multifit.stacked_svi`) and ``radial`` on its fused path with the exact cross-entropy
-(Normal weight priors; :mod:`inference.multifit.stacked_radial`).
+:mod:`inference.multifit.stacked_svi`) , ``radial`` on its fused path with the exact cross-entropy
+(Normal weight priors; :mod:`inference.multifit.stacked_radial`), and the SG-MCMC backends, whose MAP starts are
+stacked (:func:`~inference.multifit.stacked_map.fit_map_starts`) before each fit's chains run on their own.
 :func:`~inference.multifit.blockers.batch_blocker` says why a fit cannot join a batch (then it runs one at a time, as before):
 another backend or ELBO path, no random weights, trainable deterministic parameters (one network shared by all
-draws; ``svi`` and ``radial`` stack each fit's own, the body of a last-layer model),
+draws; ``map``, ``svi``, ``radial`` and the samplers' starts stack each fit's own, the body of a last-layer model),
 partially random parameters, layers that are random at training time (dropout, batch norm) or
 without ``vmap`` rules, or a model that overrides the Pyro program.  Fits in one batch must also
 have the same data size N, the same site shapes, likelihood and (MAP) priors (:func:`inference.fitting.batch_signature`).

@@ -16,12 +16,14 @@ from inference.variational.guides import stock_model_blocker
 from inference.variational.latents import normal_prior_params
 from inference.variational.radial_kl import resolve_mc_kl
 
-__all__ = ["STACKABLE", "TRAINED_BODY", "batch_blocker"]
+__all__ = ["STACKABLE", "STACKED_STARTS", "TRAINED_BODY", "batch_blocker"]
 
 #: backends with a stacked engine (:data:`inference.fitting.STACKED_BACKENDS`, in this order)
-STACKABLE = ("map", "svi", "ensemble", "radial")
+#: the SG-MCMC backends, whose MAP starts are stacked (then each fit's chains run on their own)
+STACKED_STARTS = ("sgld", "psgld", "sghmc", "csgmcmc")
+STACKABLE = ("map", "svi", "ensemble", "radial", *STACKED_STARTS)
 #: stacked engines that also stack trained deterministic parameters (a last-layer model's body)
-TRAINED_BODY = ("svi", "radial")
+TRAINED_BODY = ("map", "svi", "radial", *STACKED_STARTS)
 
 #: layers whose training-time forward is random or batch-dependent: such fits run one at a time
 _TRAINING_TIME_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
@@ -53,6 +55,9 @@ def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
             return f"the svi fit takes the Pyro-trace ELBO path ({reason})"
     if backend == "radial":
         return _radial_blocker(bnn, config)
+    if backend in STACKED_STARTS and (config.init != "map" or config.map_steps <= 0):
+        return f"{backend} starts from the network's weights (init={config.init!r}, map_steps={config.map_steps}): " \
+               f"no MAP start to stack"
     return None
 
 

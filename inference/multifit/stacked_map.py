@@ -12,6 +12,7 @@ model on one data set (the ``ensemble`` backend's members, each its own start an
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import pyro
 import torch
@@ -22,17 +23,21 @@ from inference.optim.map import MAPFit, run_info, stack_members
 from inference.posterior import SamplePosterior
 from inference.optim.potential import Potential
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
-from inference.multifit.stacked import StackedBatches, run_stacked_loop, stacked_forward, stacked_log_likelihood
+from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
+                                       stacked_log_likelihood, write_body)
 
-__all__ = ["fit_map_stacked", "fit_map_members", "fit_ensemble_stacked"]
+__all__ = ["fit_map_stacked", "fit_map_starts", "fit_map_members", "fit_ensemble_stacked"]
 
 
 def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool,
-           desc: str) -> tuple:
+           desc: str, bnns: Optional[list] = None) -> tuple:
     """Train K MAP fits of ``template``'s layout from ``starts`` (``{site: value}`` each, weights; the latents
     start at their prior medians).  Returns ``(fits, stopped)``: a :class:`MAPFit` per fit (a stopped fit's
-    last finite point) and per fit ``None`` or ``(step, what)`` where its loss or gradient became non-finite."""
+    last finite point) and per fit ``None`` or ``(step, what)`` where its loss or gradient became non-finite.
+    With ``bnns`` (one model per fit), their trained deterministic parameters (a last-layer model's body) train
+    stacked with the sites, and each fit's final (or last finite) values are written into its own network."""
     count = len(starts)
+    body = stacked_body(bnns) if bnns is not None else {}
     potential = Potential(template, xs[0], ys[0])  # site layout, priors and the latents' starting values
     latent_start = potential.latent_init()
     names = template.site_names
@@ -41,7 +46,7 @@ def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     raw = {name: torch.stack([transforms[name].inv(start[name].to(xs)) for start in starts]).detach().clone()
            .requires_grad_(True) for name in names}
     priors = potential.priors
-    forward = stacked_forward(template)
+    forward = stacked_forward(template, body=bool(body))
     num_data = xs.shape[1]
     data = StackedBatches(xs, ys, config.batch_size, [torch.Generator().manual_seed(int(seed)) for seed in seeds])
     histories = [{key: [] for key in HISTORY_KEYS} for _ in starts]
@@ -52,18 +57,22 @@ def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, s
 
     def step_terms(xb, yb):
         current = values()
-        f = forward({s.name: current[s.name] for s in template.sites}, xb)
+        weights = {s.name: current[s.name] for s in template.sites}
+        f = forward(weights, body, xb) if body else forward(weights, xb)
         log_lik = stacked_log_likelihood(template.likelihood, f, yb, template.latents_of(current))
         log_prior = sum(priors[name].log_prob(value).reshape(count, -1).sum(1) for name, value in current.items())
         return (num_data / xb.shape[1]) * log_lik, -log_prior
 
     def on_stop(k, step, what):
         with torch.no_grad():
-            snapshots[k] = (step, what, {name: value[k].detach().clone() for name, value in values().items()})
+            snapshots[k] = (step, what, {name: value[k].detach().clone() for name, value in values().items()},
+                            {name: value[k].detach().clone() for name, value in body.items()})
 
     with pyro.validation_enabled(False):
-        stopped = run_stacked_loop(step_terms, list(raw.values()), data, config.loop_options(), histories, desc,
-                                   progress, on_stop)
+        stopped = run_stacked_loop(step_terms, list(raw.values()) + list(body.values()), data, config.loop_options(),
+                                   histories, desc, progress, on_stop)
+    for k, bnn in enumerate(bnns or []):
+        write_body(bnn, *((snapshots[k][3], None) if k in snapshots else (body, k)))
     with torch.no_grad():
         final = values()
     fits = [MAPFit(snapshots[k][2] if k in snapshots else {name: final[name][k].detach().clone() for name in names},
@@ -84,8 +93,7 @@ def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
     """
     started = time.perf_counter()
     count = len(bnns)
-    fits, stopped = _train(bnns[0], [bnn.initial_values() for bnn in bnns], xs, ys, config, seeds, progress,
-                           f"map x{count} ({bnns[0].num_random} random)")
+    fits, stopped = fit_map_starts(bnns, xs, ys, config, seeds, progress, f"map x{count} ({bnns[0].num_random} random)")
     seconds = (time.perf_counter() - started) / count
     results = []
     for k, (bnn, fitted) in enumerate(zip(bnns, fits)):
@@ -95,6 +103,14 @@ def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
         posterior = SamplePosterior(bnn, stack_members([fitted]), info=info)
         results.append(posterior if stopped[k] is None else NonFiniteLossError(*stopped[k], posterior))
     return results
+
+
+def fit_map_starts(bnns: list, xs: torch.Tensor, ys: torch.Tensor, options, seeds: list, progress: bool,
+                   desc: str) -> tuple:
+    """K MAP fits from the models' own weights, each model's trained body written into its network:
+    ``(fits, stopped)`` as :func:`_train` — fit k is :func:`inference.optim.map.fit_map` ``(bnns[k], xs[k], ys[k],
+    options, seeds[k])`` to float rounding (the samplers' start, :func:`inference.optim.start.initial_point`)."""
+    return _train(bnns[0], [bnn.initial_values() for bnn in bnns], xs, ys, options, seeds, progress, desc, bnns)
 
 
 def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, starts: list,

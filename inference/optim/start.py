@@ -63,7 +63,7 @@ def map_epochs(num_data: int, num_batches: Optional[int], map_steps: int) -> int
 
 def initial_point(
     potential: Potential, init: str, map_steps: int, map_lr: float, progress: bool = False, seed: int = 0,
-    data: Optional[LoaderBatches] = None,
+    data: Optional[LoaderBatches] = None, fitted: Optional[dict] = None,
 ) -> tuple[torch.Tensor, dict]:
     """Starting point ``z`` ``[D]`` and a record of how it was found.
 
@@ -84,6 +84,10 @@ def initial_point(
     stops the fit at the last finite point.  With ``data`` (the potential built on a DataLoader) the
     loader's batches are used, and the record's log density is summed over one pass
     (:func:`epoch_log_density`).
+
+    ``fitted``: the site values ``fit_map`` returns for this start (``{site: value}``; the deterministic
+    parameters already in the network), computed elsewhere — K starts stacked by
+    :func:`inference.multifit.stacked_map.fit_map_starts` — and used instead of fitting here.
 
     The record holds ``init``, ``init_log_density`` and, for a MAP fit, ``map_steps`` (the budget in whole
     epochs), ``map_seconds`` and ``map_lr``.
@@ -107,10 +111,13 @@ def initial_point(
     epochs = map_epochs(potential.num_data, num_batches, map_steps)
     options = MAPOptions(epochs=epochs, lr=map_lr, batch_size=None if data is not None else MAP_BATCH_SIZE)
     x, y = (data, None) if data is not None else (potential.x, potential.y)
-    try:
-        values = fit_map(bnn, x, y, options, seed, progress, desc="MAP start").values
-    except NonFiniteLossError as err:  # the last finite point
-        values = err.posterior.values
+    if fitted is not None:  # this very fit, done elsewhere (the stacked engine's, inference.multifit)
+        values = dict(fitted)
+    else:
+        try:
+            values = fit_map(bnn, x, y, options, seed, progress, desc="MAP start").values
+        except NonFiniteLossError as err:  # the last finite point
+            values = err.posterior.values
     if bnn.latent_priors():  # the latents at their MAP for these weights: minibatch Adam lags in them
         batches = [(x, y)] if data is None else data.epoch(torch.Generator())  # a loader keeps its own order
         values.update(latents_at_map(bnn, values, batches))
