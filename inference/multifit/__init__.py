@@ -8,9 +8,9 @@ its own data, minibatch order and random numbers (:mod:`inference.multifit.stack
 result is what ``fit(bnns[k], xs[k], ys[k], backend=..., seed=seeds[k], **options)`` returns, up to
 float rounding (same seed, same protocol; tested in ``tests/test_multifit.py``).
 
-Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.stacked_map`)
-, ``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
-:mod:`inference.multifit.stacked_svi`) , ``radial`` on its fused path with the exact cross-entropy
+Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.stacked_map`),
+``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
+:mod:`inference.multifit.stacked_svi`), ``radial`` on its fused path with the exact cross-entropy
 (Normal weight priors; :mod:`inference.multifit.stacked_radial`), and the SG-MCMC backends, whose MAP starts are
 stacked (:func:`~inference.multifit.stacked_map.fit_map_starts`) before each fit's chains run on their own.
 :func:`~inference.multifit.blockers.batch_blocker` says why a fit cannot join a batch (then it runs one at a time, as before):
