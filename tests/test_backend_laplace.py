@@ -419,3 +419,22 @@ def test_bad_validation_search_is_a_clear_error(options, message):
     bnn, x, y = _classifier_problem()
     with pytest.raises(ValueError, match=message):
         fit(bnn, x, y, backend="laplace", prior_precision="validation", progress=False, **options)
+
+
+def test_the_default_map_is_the_map_backends_fit():
+    """init='map' with map_steps=None: the map backend's default budget (200 epochs of minibatches of 64), so the
+    Laplace mean is the map backend's fit with the same seed, bitwise (a classifier: no latents to refit)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(90, 4, generator=g)
+    y = (x[:, 0] + 0.5 * torch.randn(90, generator=g) > 0).long()
+
+    def model():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+        return BayesianNetwork(net, "all", likelihood=CategoricalLikelihood(), output_dim=2)
+
+    laplace = fit(model(), x, y, backend="laplace", seed=4, progress=False, prior_precision=1.0, hessian="diag")
+    reference = fit(model(), x, y, backend="map", seed=4, progress=False)
+    assert laplace.info["map_steps"] == 200 * 2  # ⌈90 / 64⌉ = 2 batches per epoch
+    expected = torch.cat([reference.draws[site.name][0, 0].reshape(-1) for site in laplace.bnn.sites])
+    assert torch.equal(laplace.mean, expected)

@@ -45,7 +45,8 @@ from inference.laplace.curvature import WeightLayout, effective_dim, evaluation_
 from inference.laplace.evidence import log_evidence, mackay_precision, prior_moments, validation_search
 from inference.laplace.map_ggn import covariance_root, hessian_structure, map_and_curvature
 from inference.laplace.laplace_posterior import CLOSED_FORM, PREDICTIVES, KronRoot, LaplacePosterior, gaussian_draws
-from inference.optim.start import INIT_STRATEGIES
+from inference.optim.map import MAPOptions
+from inference.optim.start import INIT_STRATEGIES, MAP_BATCH_SIZE
 from inference.backends.base import Backend
 
 __all__ = ["LaplaceConfig", "LaplaceBackend"]
@@ -78,7 +79,9 @@ class LaplaceConfig:
             ``"bridge"`` (closed-form classification predictives).
         num_samples: draws taken at fit end.
         init, map_steps, map_lr: the MAP fit (``"current"``: the network's weights as they are, the
-            likelihood's latents at their MAP for them).
+            likelihood's latents at their MAP for them); ``map_steps`` ``None``: the ``map`` backend's own
+            budget, its default epochs of minibatches of 64 on the training rows (:func:`map_budget`), so that
+            the Laplace approximation sits at the mode the ``map`` backend finds.
     """
 
     hessian: str = "auto"
@@ -89,7 +92,7 @@ class LaplaceConfig:
     predictive: str = "auto"
     num_samples: int = 200
     init: str = "map"
-    map_steps: int = 2000
+    map_steps: Optional[int] = None
     map_lr: float = 0.01
 
     def validate(self):
@@ -117,7 +120,7 @@ class LaplaceConfig:
         for name in ("num_samples", "max_full_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if int(self.map_steps) < 0:
+        if self.map_steps is not None and int(self.map_steps) < 0:
             raise ValueError(f"map_steps must be non-negative, got {self.map_steps}")
         if not (math.isfinite(self.map_lr) and self.map_lr > 0):
             raise ValueError(f"map_lr must be positive, got {self.map_lr}")
@@ -140,7 +143,7 @@ class LaplaceConfig:
 
         Raises:
             ValueError: ``"validation"`` without a closed-form predictive or without a MAP fit."""
-        map_fit = self.init == "map" and int(self.map_steps) > 0
+        map_fit = self.init == "map" and (self.map_steps is None or int(self.map_steps) > 0)
         if self.prior_precision == "auto":
             if predictive in CLOSED_FORM and map_fit:
                 return "validation"
@@ -158,6 +161,12 @@ class LaplaceConfig:
                 raise ValueError("prior_precision='validation' fits the MAP on part of the data and refits it on all "
                                  "of it; with init='current' or map_steps=0 use prior_precision='marglik' or a number")
         return self.prior_precision
+
+
+def map_budget(num_data: int) -> int:
+    """The ``map`` backend's default number of Adam steps on ``num_data`` rows: its default epochs
+    (:class:`~inference.optim.training.OptimiserOptions`) of minibatches of :data:`MAP_BATCH_SIZE`."""
+    return MAPOptions().epochs * math.ceil(num_data / min(MAP_BATCH_SIZE, num_data))
 
 
 class LaplaceBackend(Backend):
@@ -191,7 +200,8 @@ class LaplaceBackend(Backend):
         if structure == "kfac":  # unsupported sites or layer priors: clear errors before the MAP fit
             KronRoot.check_prior(layout, p0)
         path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x)  # refuses before the fit
-        fit_options = {"init": config.init, "map_steps": config.map_steps, "map_lr": config.map_lr}
+        map_steps = map_budget(x.shape[0]) if config.map_steps is None else int(config.map_steps)
+        fit_options = {"init": config.init, "map_steps": map_steps, "map_lr": config.map_lr}
         search = {}
         if rule == "validation":
             search = validation_search(bnn, layout, x, y, structure, path, p0, predictive, seed, progress,
