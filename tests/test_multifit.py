@@ -249,6 +249,21 @@ def test_ensemble_members_train_as_one_stacked_program():
                                                                         rel=1e-5)
 
 
+def test_a_last_layer_ensemble_trains_its_shared_body_member_by_member():
+    """Members of a last-layer ensemble share one deterministic body, which member 0 fits: the members are not
+    stacked (a regression: once the stacked MAP engine took trained bodies, they were, and the body stayed at
+    its initial values — energy, ensemble `last`, test LL −2.40 instead of −0.28)."""
+    x, y = _data(0)
+    options = dict(num_members=3, **MAP_OPTIONS)
+    model = _model(0, "last")
+    start = model.net[0].weight.detach().clone()
+    default = fit(model, x, y, backend="ensemble", seed=5, progress=False, **options)
+    looped = fit(_model(0, "last"), x, y, backend="ensemble", seed=5, progress=False, vectorise=False, **options)
+    assert not default.info["vectorised"] and not torch.allclose(model.net[0].weight, start, atol=1e-3)
+    for name, value in looped.draws.items():
+        torch.testing.assert_close(default.draws[name], value)
+
+
 def test_ensemble_runs_stack_their_members_across_runs():
     """K ensemble runs of M members as one program: each run equals its own ensemble fit."""
     options = dict(num_members=2, **MAP_OPTIONS)

@@ -101,7 +101,7 @@ def fit_ensemble(bnn, x, y, config: EnsembleOptions, seed: int, progress: bool) 
     members = list(range(config.num_members))
     results = []
     vectorised = (config.vectorise and not config.parallel and not isinstance(x, LoaderBatches)
-                  and batch_blocker(bnn, "map", config) is None)
+                  and batch_blocker(bnn, "ensemble", config) is None)  # the members share one body: not stacked
     if vectorised:  # the members as one stacked program
         starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + k) for k in members[1:]]
         fits, steps = fit_map_members(bnn, x, y, config, [seed + k for k in members], starts, progress)
