@@ -163,6 +163,20 @@ def test_radial_with_a_monte_carlo_cross_entropy_is_not_stacked():
                  mc_kl_samples=4, **SVI_OPTIONS)
 
 
+def test_radial_with_a_non_normal_prior_is_not_stacked():
+    from zoo import LaplacePrior
+
+    def model(seed):
+        torch.manual_seed(seed)
+        net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+        return BayesianNetwork(net, stochastic="all", prior=LaplacePrior(1.0), output_dim=1)
+
+    data = [_data(k) for k in range(2)]
+    with pytest.raises(ValueError, match="has a Laplace prior; the exact Radial cross-entropy needs a Normal one"):
+        fit_many([model(k) for k in range(2)], [d[0] for d in data], [d[1] for d in data], backend="radial",
+                 **SVI_OPTIONS)
+
+
 def test_a_fit_does_not_depend_on_its_batch():
     """Fit 1 alone and fit 1 among others: the same result (its own data, order and random stream)."""
     fits, data = _stacked("svi", **SVI_OPTIONS)

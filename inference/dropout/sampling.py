@@ -101,10 +101,8 @@ def predictive_latents(bnn, draws: dict, x, y) -> dict:
     if not latent_names:
         return draws
     xs, ys = _training_rows(x, y)
-    weights = {k: v[0] for k, v in draws.items() if k not in latent_names}
-    with torch.no_grad():
-        f = torch.stack([bnn.forward_single({k: v[s] for k, v in weights.items()}, xs)
-                         for s in range(next(iter(weights.values())).shape[0])])
+    with torch.no_grad():  # the masks' outputs as the predictive computes them: one batched pass, prediction mode
+        f = bnn.forward_draws({k: v[0] for k, v in draws.items()}, xs)
     fitted = fit_predictive_latents(bnn.likelihood, f, ys, {k: draws[k][0, 0] for k in latent_names})
     return {k: (fitted[k].expand_as(v[0, 0]).expand(v.shape).clone() if k in fitted else v) for k, v in draws.items()}
 

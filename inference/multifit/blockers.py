@@ -12,8 +12,7 @@ from torch import nn
 from zoo.bnn import BayesianNetwork
 
 from inference.variational.elbo_paths import choose_elbo_path
-from inference.variational.guides import stock_model_blocker
-from inference.variational.latents import normal_prior_params
+from inference.variational.guides import normal_prior_blocker, stock_model_blocker
 from inference.variational.radial_kl import resolve_mc_kl
 
 __all__ = ["STACKABLE", "STACKED_STARTS", "TRAINED_BODY", "batch_blocker"]
@@ -70,10 +69,5 @@ def _radial_blocker(bnn: BayesianNetwork, config) -> Optional[str]:
     reason = stock_model_blocker(bnn)
     if reason is not None:
         return f"the radial fit cannot take the fused path ({reason})"
-    distributions = bnn.prior_distributions()
-    for site in bnn.sites:
-        try:
-            normal_prior_params(distributions[site.name], site.name)
-        except ValueError:
-            return f"site {site.name!r} has no Normal prior (the exact Radial cross-entropy needs one)"
-    return None
+    reason = normal_prior_blocker(bnn)
+    return None if reason is None else f"{reason}; the exact Radial cross-entropy needs a Normal one"

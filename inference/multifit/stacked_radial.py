@@ -29,14 +29,12 @@ from dataclasses import asdict
 
 import pyro
 import torch
-from torch.distributions import biject_to
 
-from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
-                                        stacked_log_likelihood, stacked_normal_priors, write_body)
-from inference.multifit.stacked_svi import pretrain_stacked
+from inference.multifit.stacked import (run_stacked_loop, stacked_body, stacked_forward, stacked_log_likelihood,
+                                        stacked_normal_priors, write_body)
+from inference.multifit.stacked_svi import latent_draw, stacked_guides
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.posterior import VariationalPosterior
-from inference.variational.guides import build_guide
 from inference.variational.pruning import guide_sparsity
 from inference.variational.radial import radial_entropy_constant, radial_noise
 
@@ -66,27 +64,10 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     """
     started = time.perf_counter()
     template, count = bnns[0], len(bnns)
-    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
-    data = StackedBatches(xs, ys, config.batch_size, generators)
-    num_data = data.num_data
-    init = [None] * count
-    if config.pretrain_epochs:
-        init = pretrain_stacked(bnns, data, config.pretrain_epochs, config.pretrain_lr or config.lr)
-        for bnn, values in zip(bnns, init):
-            bnn.update_reference({s.name: values[s.name] for s in bnn.sites})
     guide_kwargs = {"init_scale": config.init_scale, "mc_kl_samples": config.mc_kl_samples,
                     "mc_kl_estimator": config.mc_kl_estimator}
-    device = xs.device
-    guides, noise_generators = [], []
-    for bnn, values, seed in zip(bnns, init, seeds):
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(int(seed))
-            guides.append(build_guide("radial", bnn, init_values=values, **guide_kwargs))
-            cpu = torch.Generator().set_state(torch.get_rng_state())
-            on_device = cpu if device.type == "cpu" else \
-                torch.Generator(device).set_state(torch.cuda.get_rng_state(device) if device.type == "cuda"
-                                                  else torch.get_rng_state())
-            noise_generators.append((on_device, cpu))
+    data, guides, noise_generators = stacked_guides(bnns, xs, ys, config, seeds, "radial", guide_kwargs)
+    num_data = data.num_data
     radial_sites = dict(guides[0]._radial_sites)  # name -> event dims, the model's order
     other_sites = list(guides[0]._other_sites)
     sites = list(radial_sites) + other_sites
@@ -120,13 +101,9 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
             values[n] = torch.addcmul(locs[n], torch.exp(log_scales[n]), noise[n])
             kl = kl + radial_exact_kl(locs[n], log_scales[n], *priors[n])
         for n in other_sites:
-            u = torch.addcmul(locs[n], torch.exp(log_scales[n]), noise[n])
-            transform = biject_to(latent_priors[n].support)
-            z = transform(u)
-            log_q = (-0.5 * noise[n] * noise[n] - log_scales[n] - _HALF_LOG_2PI).reshape(count, -1).sum(1) \
-                - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
-            kl = kl + log_q - latent_priors[n].log_prob(z).reshape(count, -1).sum(1)
-            latent_values[n] = z
+            latent_values[n], estimate = latent_draw(locs[n], torch.exp(log_scales[n]), log_scales[n], noise[n],
+                                                     latent_priors[n])
+            kl = kl + estimate
         weights = {n: v for n, v in values.items() if n in weight_names}
         f = forward(weights, body, xb) if body else forward(weights, xb)
         log_lik = stacked_log_likelihood(template.likelihood, f, yb, latent_values)

@@ -39,7 +39,7 @@ from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
                                        stacked_log_likelihood, stacked_normal_priors, write_body)
 
-__all__ = ["fit_svi_stacked", "pretrain_stacked"]
+__all__ = ["fit_svi_stacked", "pretrain_stacked", "stacked_guides", "latent_draw"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -85,6 +85,50 @@ def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -
     return fitted
 
 
+def stacked_guides(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, guide_name: str,
+                   guide_kwargs: dict) -> tuple:
+    """What every stacked variational engine does before its loop: ``(data, guides, noise_generators)``.
+
+    Fit k's minibatches come from a generator seeded with ``seeds[k]`` (:class:`StackedBatches`); with
+    ``config.pretrain_epochs`` the fits are pretrained together (:func:`pretrain_stacked`) and each model's
+    reference updated; then fit k's guide ``guide_name`` is built as one fit builds it, under
+    ``torch.manual_seed(seeds[k])``, and ``noise_generators[k]`` = (the device's generator for its noise, the CPU
+    one for the data plate's ``randperm``) continue the global streams its one-at-a-time fit would use."""
+    count = len(bnns)
+    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+    data = StackedBatches(xs, ys, config.batch_size, generators)
+    init = [None] * count
+    if config.pretrain_epochs:
+        init = pretrain_stacked(bnns, data, config.pretrain_epochs, config.pretrain_lr or config.lr)
+        for bnn, values in zip(bnns, init):
+            bnn.update_reference({s.name: values[s.name] for s in bnn.sites})
+    device = xs.device
+    guides, noise_generators = [], []
+    for bnn, values, seed in zip(bnns, init, seeds):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(int(seed))
+            guides.append(build_guide(guide_name, bnn, init_values=values, **guide_kwargs))
+            cpu = torch.Generator().set_state(torch.get_rng_state())
+            on_device = cpu if device.type == "cpu" else \
+                torch.Generator(device).set_state(torch.cuda.get_rng_state(device) if device.type == "cuda"
+                                                  else torch.get_rng_state())
+            noise_generators.append((on_device, cpu))
+    return data, guides, noise_generators
+
+
+def latent_draw(loc: torch.Tensor, scale: torch.Tensor, log_scale: torch.Tensor, noise: torch.Tensor,
+                prior) -> tuple:
+    """``(z, kl [K])``: each fit's likelihood latent z = T(μ + σ ε), T = ``biject_to(prior.support)``, and the
+    one-sample estimate log q(z) − log p(z) (with log N(u | μ, σ) at u = μ + σ ε = −ε²/2 − log σ − log √(2π))."""
+    count = loc.shape[0]
+    u = torch.addcmul(loc, scale, noise)
+    transform = biject_to(prior.support)
+    z = transform(u)
+    log_q = (-0.5 * noise * noise - log_scale - _HALF_LOG_2PI).reshape(count, -1).sum(1) \
+        - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
+    return z, log_q - prior.log_prob(z).reshape(count, -1).sum(1)
+
+
 def _normal_kl(loc, sigma, m, s) -> torch.Tensor:
     """``[K]`` Σ KL(N(μ, σ²) ‖ N(m, s²)) over each fit's row (closed form)."""
     diff = loc - m
@@ -102,27 +146,9 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
     """
     started = time.perf_counter()
     template, count = bnns[0], len(bnns)
-    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
-    data = StackedBatches(xs, ys, config.batch_size, generators)
-    num_data = data.num_data
-    init = [None] * count
-    if config.pretrain_epochs:
-        init = pretrain_stacked(bnns, data, config.pretrain_epochs, config.pretrain_lr or config.lr)
-        for bnn, values in zip(bnns, init):
-            bnn.update_reference({s.name: values[s.name] for s in bnn.sites})
     guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
-    device = xs.device
-    guides, noise_generators = [], []  # per fit: (the device's generator for the noise, the CPU one for randperm)
-    for bnn, values, seed in zip(bnns, init, seeds):
-        # the global streams of the one-at-a-time fit, continued per fit
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(int(seed))
-            guides.append(build_guide(config.guide, bnn, init_values=values, **guide_kwargs))
-            cpu = torch.Generator().set_state(torch.get_rng_state())
-            on_device = cpu if device.type == "cpu" else \
-                torch.Generator(device).set_state(torch.cuda.get_rng_state(device) if device.type == "cuda"
-                                                  else torch.get_rng_state())
-            noise_generators.append((on_device, cpu))
+    data, guides, noise_generators = stacked_guides(bnns, xs, ys, config, seeds, config.guide, guide_kwargs)
+    num_data = data.num_data
     sites = [name for name, _, _ in guides[0]._site_parameters()]
     weights = [s.name for s in template.sites]
     locs = {n: torch.stack([p.detach() for g in guides for name, p, _ in g._site_parameters() if name == n])
@@ -154,14 +180,8 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
             kl = kl + _normal_kl(locs[n], sigma, *priors[n])
         for n, prior in latent_priors.items():
             scale = F.softplus(raws[n])
-            u = torch.addcmul(locs[n], scale, noise[n])
-            transform = biject_to(prior.support)
-            z = transform(u)
-            # log N(u | μ, σ) at u = μ + σ ε is −ε²/2 − log σ − log √(2π)
-            log_q = (-0.5 * noise[n] * noise[n] - torch.log(scale) - _HALF_LOG_2PI).reshape(count, -1).sum(1) \
-                - transform.log_abs_det_jacobian(u, z).reshape(count, -1).sum(1)
-            kl = kl + log_q - prior.log_prob(z).reshape(count, -1).sum(1)
-            latent_values[n] = z
+            latent_values[n], estimate = latent_draw(locs[n], scale, torch.log(scale), noise[n], prior)
+            kl = kl + estimate
         f = forward(values, body, xb) if body else forward(values, xb)
         log_lik = stacked_log_likelihood(template.likelihood, f, yb, latent_values)
         return log_lik * (num_data / xb.shape[1]), kl

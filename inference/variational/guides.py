@@ -28,7 +28,8 @@ from inference.variational.meanfield import build_mean_field_guide
 from inference.variational.protocol import ModuleLocalParams
 from inference.variational.radial import build_radial_guide
 
-__all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide", "fused_elbo_blocker", "stock_model_blocker"]
+__all__ = ["GUIDES", "EmptyGuide", "NormalGuide", "build_guide", "register_guide", "fused_elbo_blocker", "stock_model_blocker",
+           "normal_prior_blocker"]
 
 
 class NormalGuide(ModuleLocalParams, AutoNormal):
@@ -131,6 +132,13 @@ def fused_elbo_blocker(bnn: BayesianNetwork, guide_name: str) -> Optional[str]:
     blocker = stock_model_blocker(bnn)
     if blocker is not None:
         return blocker
+    blocker = normal_prior_blocker(bnn)
+    return None if blocker is None else f"{blocker} (no closed-form KL against a Normal guide)"
+
+
+def normal_prior_blocker(bnn: BayesianNetwork) -> Optional[str]:
+    """``"site 'name' has a Laplace prior"`` for the first random weight site without a Normal prior
+    (:func:`~inference.variational.latents.normal_prior_params`), or ``None`` when every one has one."""
     distributions = bnn.prior_distributions()
     for site in bnn.sites:
         try:
@@ -139,7 +147,7 @@ def fused_elbo_blocker(bnn: BayesianNetwork, guide_name: str) -> Optional[str]:
             base = distributions[site.name]
             while hasattr(base, "base_dist"):
                 base = base.base_dist
-            return f"site {site.name!r} has a {type(base).__name__} prior (no closed-form KL against a Normal guide)"
+            return f"site {site.name!r} has a {type(base).__name__} prior"
     return None
 
 
