@@ -183,6 +183,30 @@ def test_compile_rule_compiles_only_where_it_pays(monkeypatch):
     assert calls == [False] * 3
 
 
+def test_a_compilable_transition_on_a_cpu_warms_the_compiler_before_the_start(monkeypatch):
+    """An enabled transition on a CPU starts the vector-ISA detection (once per process); a disabled, blocked or
+    non-CPU one does not; the detection fills torch's own cache, which the compile reads later."""
+    started = []
+    monkeypatch.setattr(compilation, "warm_cpu_compiler", lambda: started.append(True))
+
+    def build(compile):
+        return lambda state: state
+
+    LazyCompile(build, "auto", total=10, key=("test", "warm"), device=torch.device("cpu"))
+    assert started == [True]
+    LazyCompile(build, False, total=10, key=("test", "off"), device="cpu")
+    LazyCompile(build, "auto", total=10, key=("test", "blocked"), blocker="a GRU", device="cpu")
+    LazyCompile(build, "auto", total=10, key=("test", "meta"), device="meta")
+    assert started == [True]
+    monkeypatch.undo()
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    thread = compilation.warm_cpu_compiler()
+    assert compilation.warm_cpu_compiler() is thread  # once per process
+    thread.join(timeout=120)
+    assert not thread.is_alive() and valid_vec_isa_list.cache_info().currsize == 1
+
+
 def test_small_fit_is_not_compiled():
     """The default ``compile="auto"`` leaves a fit of a few hundred cheap iterations eager."""
     data = make_conjugate_regression()

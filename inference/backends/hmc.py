@@ -155,15 +155,16 @@ class HMCBackend(Backend):
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
+        transition = LazyCompile(  # before the start: on a CPU it begins warming the compiler in the background
+            partial(self._transition, potential, config), config.compile,
+            config.warmup_steps + config.num_samples * config.thin, unit_key(self.name, potential, config.num_chains),
+            compile_blocker(bnn), progress, desc=f"{self.name}: compiling the {self.unit} (once per fit)",
+            device=x.device,
+        )  # fmt: skip
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed)
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
         starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
-        transition = LazyCompile(
-            partial(self._transition, potential, config), config.compile,
-            config.warmup_steps + config.num_samples * config.thin, unit_key(self.name, potential, config.num_chains),
-            compile_blocker(bnn), progress, desc=f"{self.name}: compiling the {self.unit} (once per fit)",
-        )  # fmt: skip
         with torch.no_grad(), frozen_deterministic(bnn):
             z, stats, record = sample_chains(
                 potential, starts, transition, generator, progress, self.name, warmup_steps=config.warmup_steps,
