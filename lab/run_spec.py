@@ -21,7 +21,7 @@ from zoo.priors import PRIORS
 from inference.backends import BACKENDS, get_backend, parse_config
 from inference.variational.pruning import PRUNE_MODES
 
-__all__ = ["RunSpec", "validate_spec", "make_run_likelihood", "resolve_backend_options", "default_epochs",
+__all__ = ["RunSpec", "validate_spec", "make_run_likelihood", "resolve_backend_options", "default_epochs", "map_backend_steps",
            "GENERIC_OPTIONS"]
 
 #: spec attribute → backend Config field, passed on when set (or defaulted) and the backend has it
@@ -77,6 +77,14 @@ def default_epochs(num_data: int, batch_size: Optional[int]) -> int:
     """Epochs giving about 5000 optimisation steps, clamped to [100, 2000]."""
     steps_per_epoch = math.ceil(num_data / (batch_size or num_data))
     return int(min(2000, max(100, math.ceil(_TARGET_STEPS / steps_per_epoch))))
+
+
+def map_backend_steps(num_data: int) -> int:
+    """The Adam steps of a run of the ``map`` backend on ``num_data`` rows with its default minibatch: its
+    :func:`default_epochs` of ``⌈N / batch⌉`` steps.  A backend whose ``map_steps`` default is ``None`` ("the
+    ``map`` backend's own budget": Laplace) gets this in a run, so that its MAP is the run's ``map`` fit."""
+    batch = min(int(_field_default(get_backend("map").Config, "batch_size")), num_data)
+    return default_epochs(num_data, batch) * math.ceil(num_data / batch)
 
 
 def make_run_likelihood(spec: RunSpec, task: Optional[str] = None) -> Likelihood:
@@ -145,6 +153,8 @@ def resolve_backend_options(spec: RunSpec, data: Dataset) -> dict:
     if "epochs" in fields and "epochs" not in options and not getattr(config, "own_budget", False):  # a paper's budget
         batch = options.get("batch_size", _field_default(engine.Config, "batch_size"))
         options["epochs"] = default_epochs(data.n_train, batch)
+    if "map_steps" in fields and "map_steps" not in options and _field_default(engine.Config, "map_steps") is None:
+        options["map_steps"] = map_backend_steps(data.n_train)  # "the map backend's budget": the one it gets here
     if "pretrain_epochs" in fields and "pretrain_epochs" not in options and spec.stochastic != "none":
         options["pretrain_epochs"] = options["epochs"] // 4
     return options

@@ -167,3 +167,20 @@ def test_option_types_are_checked_by_the_python_fit_api_too():
     posterior = fit(bnn, data.x_train, data.y_train, epochs=2e0, num_samples=3, progress=False)  # 2.0 is 2
     assert posterior.info["config"]["epochs"] == 2 and isinstance(posterior.info["config"]["epochs"], int)
     assert torch.isfinite(posterior.predict(data.x_test).mean).all()
+
+
+def test_a_laplace_run_takes_the_map_runs_budget_so_its_mean_is_that_runs_map():
+    """In a run, Laplace's default MAP (``map_steps=None``: "the map backend's budget") gets the steps the run
+    layer gives a ``map`` run on the same data (its default epochs of minibatches of 64), not the API's 200
+    epochs: the digits Laplace-vs-MAP rows then compare a Laplace with the very MAP it is built on."""
+    from lab.run_spec import default_epochs, map_backend_steps, resolve_backend_options
+
+    data = load_dataset("digits")
+    n = data.n_train
+    steps = map_backend_steps(n)
+    map_epochs = resolve_backend_options(RunSpec(data="digits", backend="map"), data)["epochs"]
+    assert map_epochs == default_epochs(n, 64) and steps == map_epochs * -(-n // 64)
+    assert resolve_backend_options(RunSpec(data="digits", backend="laplace"), data)["map_steps"] == steps
+    given = RunSpec(data="digits", backend="laplace", backend_options={"map_steps": 10})
+    assert resolve_backend_options(given, data)["map_steps"] == 10  # an explicit budget is kept
+    assert "map_steps" not in resolve_backend_options(RunSpec(data="digits", backend="nuts"), data)  # its own 2000
