@@ -21,8 +21,8 @@ from zoo.priors import PRIORS
 from inference.backends import BACKENDS, get_backend, parse_config
 from inference.variational.pruning import PRUNE_MODES
 
-__all__ = ["RunSpec", "validate_spec", "make_run_likelihood", "resolve_backend_options", "default_epochs", "map_backend_steps",
-           "GENERIC_OPTIONS"]
+__all__ = ["RunSpec", "validate_spec", "make_run_likelihood", "resolve_backend_options", "default_epochs",
+           "map_backend_steps", "GENERIC_OPTIONS"]
 
 #: spec attribute → backend Config field, passed on when set (or defaulted) and the backend has it
 GENERIC_OPTIONS = ("epochs", "batch_size", "lr", "num_samples", "pretrain_epochs")
