@@ -65,16 +65,20 @@ def warm_cpu_compiler() -> Optional[threading.Thread]:
     The detection is what torch's own first CPU compile runs (``torch._inductor.cpu_vec_isa.valid_vec_isa_list``,
     cached for the process), with the same configuration: nothing is set or changed, the work only starts
     earlier, and it is mostly child processes (the C++ compiler and a loader per instruction set), which the
-    GIL does not hold back.  Returns the thread (already started, or started earlier in this process).
+    GIL does not hold back.  Returns the thread (already started, or started earlier in this process), or
+    ``None`` where torch's inductor cannot be imported (the compile then fails and the sampler runs eagerly).
     """
     if not _warming:
         # every module the detection imports, imported here in the calling thread: an import in the thread
         # racing the caller's own imports of torch._dynamo would meet a partially initialised module
-        import torch._inductor.codecache  # noqa: F401
-        import torch._inductor.cpp_builder  # noqa: F401
-        import torch.utils.cpp_extension  # noqa: F401
-        import torch.utils.file_baton  # noqa: F401
-        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+        try:
+            import torch._inductor.codecache  # noqa: F401
+            import torch._inductor.cpp_builder  # noqa: F401
+            import torch.utils.cpp_extension  # noqa: F401
+            import torch.utils.file_baton  # noqa: F401
+            from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+        except Exception:  # noqa: BLE001 - a torch without them: no warm-up; compiled() reports a failed compile
+            return None
 
         thread = threading.Thread(target=_detect_vector_isa, args=(valid_vec_isa_list,), name="inductor-isa-detection",
                                   daemon=True)
