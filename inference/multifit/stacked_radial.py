@@ -32,7 +32,7 @@ import torch
 
 from inference.multifit.stacked import (run_stacked_loop, stacked_body, stacked_forward, stacked_log_likelihood,
                                         stacked_normal_priors, write_body)
-from inference.multifit.stacked_svi import latent_draw, stacked_guides
+from inference.multifit.stacked_svi import latent_draw, stacked_guides, stacked_noise
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.posterior import VariationalPosterior
 from inference.variational.pruning import guide_sparsity
@@ -83,19 +83,14 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     histories = [{key: [] for key in HISTORY_KEYS + ("sparsity", "layer_sparsity")} for _ in bnns]
     snapshots: dict = {}
 
-    def draw_noise(batch_rows: int) -> dict:
-        noise = {n: torch.empty_like(locs[n]) for n in sites}
-        for k, (generator, cpu) in enumerate(noise_generators):
-            for n, event_dim in radial_sites.items():
-                noise[n][k] = radial_noise(locs[n].shape[1:], event_dim, locs[n], generator)
-            for n in other_sites:
-                noise[n][k].normal_(generator=generator)
-            if batch_rows < num_data:
-                torch.randperm(num_data, generator=cpu)  # the data plate's subsample draw (fused path, CPU)
-        return noise
+    def fill_noise(n, out, generator):  # locs' order: the radial sites, then the others, as the guide draws them
+        if n in radial_sites:
+            out.copy_(radial_noise(out.shape, radial_sites[n], locs[n], generator))
+        else:
+            out.normal_(generator=generator)
 
     def step_terms(xb, yb):
-        noise = draw_noise(xb.shape[1])
+        noise = stacked_noise(locs, noise_generators, xb.shape[1], num_data, fill_noise)
         kl, values, latent_values = 0.0, {}, {}
         for n in radial_sites:
             values[n] = torch.addcmul(locs[n], torch.exp(log_scales[n]), noise[n])

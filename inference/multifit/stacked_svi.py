@@ -39,7 +39,7 @@ from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
                                        stacked_log_likelihood, stacked_normal_priors, write_body)
 
-__all__ = ["fit_svi_stacked", "pretrain_stacked", "stacked_guides", "latent_draw"]
+__all__ = ["fit_svi_stacked", "pretrain_stacked", "stacked_guides", "stacked_noise", "latent_draw"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -116,6 +116,20 @@ def stacked_guides(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds
     return data, guides, noise_generators
 
 
+def stacked_noise(locs: dict, noise_generators: list, batch_rows: int, num_data: int, fill) -> dict:
+    """One step's base noise ``{site: [K, *shape]}`` (``locs``' shapes), each fit's drawn from its own generators
+    in its one-at-a-time fit's order: ``fill(site, out, generator)`` writes fit k's row ``out`` of each site in
+    ``locs``' order, then, for a minibatch (``batch_rows < num_data``), the data plate's subsample permutation
+    is drawn from the fit's CPU generator (the fused path draws it; the rows come from the stacked batches)."""
+    noise = {n: torch.empty_like(loc) for n, loc in locs.items()}
+    for k, (generator, cpu) in enumerate(noise_generators):
+        for n in noise:
+            fill(n, noise[n][k], generator)
+        if batch_rows < num_data:
+            torch.randperm(num_data, generator=cpu)
+    return noise
+
+
 def latent_draw(loc: torch.Tensor, scale: torch.Tensor, log_scale: torch.Tensor, noise: torch.Tensor,
                 prior) -> tuple:
     """``(z, kl [K])``: each fit's likelihood latent z = T(μ + σ ε), T = ``biject_to(prior.support)``, and the
@@ -162,17 +176,9 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
     histories = [{key: [] for key in HISTORY_KEYS} for _ in bnns]
     snapshots: dict = {}
 
-    def draw_noise(batch_rows: int) -> dict:
-        noise = {n: torch.empty_like(locs[n]) for n in sites}
-        for k, (generator, cpu) in enumerate(noise_generators):
-            for n in sites:
-                noise[n][k].normal_(generator=generator)
-            if batch_rows < num_data:
-                torch.randperm(num_data, generator=cpu)  # the data plate's subsample draw (fused path, CPU)
-        return noise
-
     def step_terms(xb, yb):
-        noise = draw_noise(xb.shape[1])
+        noise = stacked_noise(locs, noise_generators, xb.shape[1], num_data,
+                              lambda n, out, generator: out.normal_(generator=generator))
         kl, values, latent_values = 0.0, {}, {}
         for n in weights:
             sigma = torch.log1p(torch.exp(raws[n]))  # softplus(ρ) as the fused path computes it
