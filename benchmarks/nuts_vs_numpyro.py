@@ -21,22 +21,27 @@ batched step runs until the last chain's tree is built).
 
 Two measurements per model (issue 26):
 
-* cold — each fit in a fresh process (``--worker``), ours with an empty inductor cache
-  (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder) unless ``--warm-disk-cache``; NumPyro
-  with JAX's default (no persistent compilation cache).  ``--cold-repeats`` interleaved pairs
-  (ours, NumPyro, ours, ...); the ratio is of the medians.  Imports are not timed (each side
-  imports its own library before the fit starts).
+* cold — each fit in a fresh process (``--worker``); NumPyro with JAX's default (no persistent
+  compilation cache), ours in two states of torch's inductor disk cache (``TORCHINDUCTOR_CACHE_DIR``):
+  *kept* — a private folder filled by one untimed fresh process of ours first, the state of a user's
+  machine after its first fit of the model, since torch keeps that cache between processes by
+  default (issue 26: "compiled artefacts cached across fits and processes where torch allows") —
+  and *empty* — a new folder per process, the first fit on a machine.  ``--cold-repeats``
+  interleaved triples (ours kept, ours empty, NumPyro, ...); each ratio is of the medians.
+  ``--cache kept`` / ``empty`` runs one state only.  Imports are not timed (each side imports its
+  own library before the fit starts).
 * warm — ``--repeats`` (tiny) / ``--energy-repeats`` (energy) interleaved fits per side in this
   process after one untimed fit per side (compiles done); the ratio is of the medians.
 
 Needs the optional ``bench`` extra: ``pip install -e .[bench]`` (numpyro + CPU jax).
 
-    python benchmarks/nuts_vs_numpyro.py                          # cold 1 pair each, warm 2 tiny
+    python benchmarks/nuts_vs_numpyro.py                          # cold 1 triple each, warm 2 tiny
     python benchmarks/nuts_vs_numpyro.py --models tiny --cold-repeats 3 --repeats 0
 
 The last lines are ``nuts_vs_numpyro_ess_per_s_ratio_energy`` / ``nuts_vs_numpyro_ess_per_s_ratio``
-(warm, when run) and then ``nuts_vs_numpyro_cold_ratio_energy R`` and, last,
-``nuts_vs_numpyro_cold_ratio R`` (fresh processes, ours ÷ NumPyro).
+(warm, when run), ``nuts_vs_numpyro_cold_ratio_empty_cache_energy`` / ``nuts_vs_numpyro_cold_ratio_empty_cache``
+(fresh processes, empty cache) and then ``nuts_vs_numpyro_cold_ratio_energy R`` and, last,
+``nuts_vs_numpyro_cold_ratio R`` (fresh processes, kept cache; ours ÷ NumPyro).
 """
 from __future__ import annotations
 
@@ -186,17 +191,36 @@ def fit_once(side, name, chains, seed):
     return {**out, "cpu": cpu_seconds() - started}
 
 
-def cold(name, side, chains, seed, warm_disk_cache):
-    """One fit in a fresh process; ours with an empty inductor cache unless ``warm_disk_cache``."""
+def cold(name, side, chains, seed, cache):
+    """One fit in a fresh process; ours with inductor's disk cache in folder ``cache`` (NumPyro: ``None``)."""
     env = dict(os.environ)
-    with tempfile.TemporaryDirectory() as cache:
-        if side == "ours" and not warm_disk_cache:
-            env["TORCHINDUCTOR_CACHE_DIR"] = cache
-        cmd = [sys.executable, __file__, "--worker", side, name, str(chains), str(seed)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if cache is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = cache
+    cmd = [sys.executable, __file__, "--worker", side, name, str(chains), str(seed)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"the {side} worker failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cold_runs(name, chains, repeats, states):
+    """``{side: [records]}`` of ``repeats`` interleaved fresh processes per side: ``ours kept`` (a private
+    inductor cache filled first by one untimed process), ``ours empty`` (a new cache each) as ``states``
+    asks, and ``numpyro``."""
+    sides = [f"ours {state}" for state in states] + ["numpyro"]
+    runs = {side: [] for side in sides}
+    with tempfile.TemporaryDirectory() as kept:
+        if "kept" in states:
+            cold(name, "ours", chains, 1000, kept)  # untimed: fills the kept cache, as a user's first fit does
+        for r in range(repeats):
+            for side in sides:
+                if side == "ours empty":
+                    with tempfile.TemporaryDirectory() as empty:
+                        runs[side].append(cold(name, "ours", chains, r, empty))
+                else:
+                    runs[side].append(cold(name, side.split()[0], chains, r, kept if side == "ours kept" else None))
+                print(line(side, r, runs[side][-1]), flush=True)
+    return runs
 
 
 def summary(side, rs, label):
@@ -215,22 +239,18 @@ def summary(side, rs, label):
     return ess_mean / med["seconds"]
 
 
-def compare(name, cold_repeats, repeats, chains, warm_disk_cache):
-    """``(cold ratio, warm ratio or None)`` of ESS/s, ours ÷ NumPyro."""
+def compare(name, cold_repeats, repeats, chains, states):
+    """``{"kept"/"empty": cold ratio, "warm": warm ratio}`` of ESS/s, ours ÷ NumPyro (those that ran)."""
     x, y, _, hidden, act = problem(name)
     print(f"{name}: {x.shape[1]}-{hidden}-1 {act}, N={x.shape[0]}, {chains} chains, {WARMUP}+{SAMPLES}", flush=True)
-    ratios = []
+    ratios = {}
     if cold_repeats:
-        cache = "warm inductor disk cache" if warm_disk_cache else "empty inductor cache"
-        print(f" cold: each fit in a fresh process ({cache}), {cold_repeats} interleaved pair(s)", flush=True)
-        runs = {"ours": [], "numpyro": []}
-        for r in range(cold_repeats):
-            for side in runs:
-                runs[side].append(cold(name, side, chains, r, warm_disk_cache))
-                print(line(side, r, runs[side][-1]), flush=True)
-        ratios.append(summary("ours", runs["ours"], "cold") / summary("numpyro", runs["numpyro"], "cold"))
-    else:
-        ratios.append(None)
+        print(f" cold: each fit in a fresh process (ours with the inductor cache {' / '.join(states)}), "
+              f"{cold_repeats} interleaved round(s)", flush=True)
+        runs = cold_runs(name, chains, cold_repeats, states)
+        numpyro = summary("numpyro", runs["numpyro"], "cold")
+        for state in states:
+            ratios[state] = summary(f"ours {state}", runs[f"ours {state}"], "cold") / numpyro
     if repeats:
         print(f" warm: {repeats} interleaved fit(s) per side in this process, after one untimed fit each", flush=True)
         for side in ("ours", "numpyro"):
@@ -240,9 +260,7 @@ def compare(name, cold_repeats, repeats, chains, warm_disk_cache):
             for side in runs:
                 runs[side].append(fit_once(side, name, chains, seed=r))
                 print(line(side, r, runs[side][-1]), flush=True)
-        ratios.append(summary("ours", runs["ours"], "warm") / summary("numpyro", runs["numpyro"], "warm"))
-    else:
-        ratios.append(None)
+        ratios["warm"] = summary("ours", runs["ours"], "warm") / summary("numpyro", runs["numpyro"], "warm")
     return ratios
 
 
@@ -253,8 +271,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=2, help="warm interleaved runs per side on the tiny model (0: none)")
     parser.add_argument("--energy-repeats", type=int, default=0, help="warm interleaved runs per side on energy (0: none)")
     parser.add_argument("--chains", type=int, default=8)
-    parser.add_argument("--warm-disk-cache", action="store_true",
-                        help="cold runs of ours keep the default inductor cache folder (a fresh process, not an empty cache)")
+    parser.add_argument("--cache", choices=["both", "kept", "empty"], default="both",
+                        help="the inductor disk cache of our cold processes: kept (filled by an untimed first process), "
+                             "empty (a new folder each), or both")
     parser.add_argument("--worker", nargs=4, metavar=("SIDE", "MODEL", "CHAINS", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -264,13 +283,14 @@ def main():
         return
     print(f"torch {torch.__version__} (1 thread), jax {jax.__version__} / numpyro {numpyro.__version__} "
           f"(XLA_FLAGS={os.environ['XLA_FLAGS']!r}), load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    states = ["kept", "empty"] if args.cache == "both" else [args.cache]
     ratios = {m: compare(m, args.cold_repeats, args.repeats if m == "tiny" else args.energy_repeats, args.chains,
-                         args.warm_disk_cache) for m in args.models}  # fmt: skip
+                         states) for m in args.models}  # fmt: skip
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
-    for suffix, index in (("ess_per_s_ratio", 1), ("cold_ratio", 0)):
-        for model, key in (("energy", f"nuts_vs_numpyro_{suffix}_energy"), ("tiny", f"nuts_vs_numpyro_{suffix}")):
-            if model in ratios and ratios[model][index] is not None:
-                print(f"{key} {ratios[model][index]:.2f}")
+    for kind, stem in (("warm", "ess_per_s_ratio"), ("empty", "cold_ratio_empty_cache"), ("kept", "cold_ratio")):
+        for model, key in (("energy", f"nuts_vs_numpyro_{stem}_energy"), ("tiny", f"nuts_vs_numpyro_{stem}")):
+            if kind in ratios.get(model, {}):
+                print(f"{key} {ratios[model][kind]:.2f}")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from inference import NonFiniteLossError, fit, load_posterior
 from inference.mcmc.adaptation import adaptation_windows, welford_covariance
 from inference.evaluation.diagnostics import convergence_metrics, convergence_warning
 from inference.mcmc import compilation
-from inference.mcmc.compilation import LazyCompile, compile_blocker, should_compile
-from inference.optim.potential import Potential
+from inference.mcmc.compilation import LazyCompile, compile_blocker, eager_budget, interruptible, should_compile
+from inference.optim.potential import Potential, compiled
 from inference.optim.start import initial_point
 from lab.run_spec import RunSpec
 from lab.runs import execute
@@ -181,6 +181,57 @@ def test_compile_rule_compiles_only_where_it_pays(monkeypatch):
     for _ in range(3):
         never(0)
     assert calls == [False] * 3
+
+
+def test_an_eager_iteration_past_its_budget_gives_way_to_the_compiled_one_with_the_same_draws():
+    """Once an eager iteration has run past :func:`eager_budget` (here 15 s · 1 / (0.75 · 99) ≈ 0.2 s of a 1 s
+    iteration), its next interruptible unit raises, and the iteration runs compiled from the generator state
+    it started with: the compiled call sees the draw the eager one saw, and the eager attempt never finishes."""
+    calls = []
+
+    def build(compile):
+        unit = (lambda: None) if compile else interruptible(lambda: time.sleep(0.02))
+
+        def transition(state, generator):
+            draw = float(torch.rand(1, generator=generator))
+            for _ in range(50):
+                unit()
+            calls.append((compile, draw))
+            return state + 1
+
+        return transition
+
+    assert eager_budget(0.0, 0, 100, 15.0) == pytest.approx(15.0 / (0.75 * 99))
+    assert eager_budget(0.0, 99, 100, 15.0) is None  # the last iteration: nothing left for a compile to save
+    generator = torch.Generator().manual_seed(0)
+    first_draw = float(torch.rand(1, generator=torch.Generator().manual_seed(0)))
+    lazy = LazyCompile(build, "auto", total=100, key=("test", "abandoned"))
+    started = time.perf_counter()
+    assert lazy(0, generator) == 1
+    assert time.perf_counter() - started < 0.6  # not the eager iteration's 1 s
+    assert calls == [(True, first_draw)]
+    assert lazy.record["eager_abandoned"] == 0 and lazy.record["compiled_from"] == 0
+    assert lazy(1, generator) == 2 and calls[-1][0] is True
+    calls.clear()
+    short = LazyCompile(build, "auto", total=3, key=("test", "short-abandon"))  # budget 15 / (0.75 · 2) = 10 s
+    short(0, torch.Generator().manual_seed(0))
+    assert calls == [(False, first_draw)] and short.record["eager_abandoned"] is None
+    interruptible(lambda: None)()  # outside an eager LazyCompile iteration there is no deadline
+
+
+def test_compiled_units_write_their_wrapper_in_cpp_on_a_cpu_only(monkeypatch):
+    """``compiled(..., device=cpu)`` asks inductor for its C++ wrapper (a compiled while_loop loops in C++);
+    another device, or none, keeps the Python wrapper."""
+    seen = []
+
+    def fake_compile(fn, **kwargs):
+        seen.append(kwargs["options"]["cpp_wrapper"])
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    for device in ("cpu", torch.device("cpu"), "cuda", None):
+        compiled(lambda a: a, True, device=device)
+    assert seen == [True, True, False, False]
 
 
 def test_a_compilable_transition_on_a_cpu_warms_the_compiler_before_the_start(monkeypatch):

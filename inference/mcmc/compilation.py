@@ -11,7 +11,12 @@ eager time the remaining iterations would still take, times the share compiling 
 (1 − :data:`COMPILED_COST_FRACTION`), exceeds the expected compile time — the time measured for
 the same compiled unit earlier in this process, else :data:`COLD_COMPILE_SECONDS`.  Since each
 iteration re-checks the forecast, a fit that needs the compile gets it after one or two eager
-iterations, and one that does not never pays for it.  Once compiled it stays compiled.
+iterations, and one that does not never pays for it.  Once compiled it stays compiled.  The rule is also
+applied *during* an eager iteration: the eager units (a NUTS subtree, a leapfrog step) are
+:func:`interruptible`, and once the iteration has run so long that the rule would compile after it
+whatever it still costs, it is abandoned and run again compiled, with the same random draws (the
+generators among its arguments restored) — so a fit whose first iteration builds a deep eager tree
+(the tiny benchmark model: 1 000 leapfrog steps, 1.5 s) loses about 50 ms, not the whole iteration.
 
 :func:`compile_blocker` names what stops a network's potential from compiling at all (a
 recurrent layer, or a network evaluated draw by draw without ``vmap``), so that such a model
@@ -36,8 +41,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-__all__ = ["COMPILE_MODES", "COLD_COMPILE_SECONDS", "COMPILED_COST_FRACTION", "LazyCompile", "compile_blocker",
-           "should_compile", "unit_key", "warm_cpu_compiler"]
+__all__ = ["COMPILE_MODES", "COLD_COMPILE_SECONDS", "COMPILED_COST_FRACTION", "EagerOverBudget", "LazyCompile",
+           "compile_blocker", "eager_budget", "interruptible", "should_compile", "unit_key", "warm_cpu_compiler"]
 
 #: ``compile`` options of the HMC / NUTS backends
 COMPILE_MODES = (True, False, "auto")
@@ -50,6 +55,25 @@ COMPILED_COST_FRACTION = 0.25
 
 _measured: dict = {}  # compiled unit's key -> seconds its first compiled call took in this process
 _warming: list = []  # the one background thread of warm_cpu_compiler, once started
+_deadline = threading.local()  # .at: the perf_counter time past which the running eager iteration gives way
+
+
+class EagerOverBudget(Exception):
+    """An eager iteration ran past the time at which compiling pays (raised by an :func:`interruptible` unit)."""
+
+
+def interruptible(unit: Callable) -> Callable:
+    """``unit`` (an eager NUTS subtree or leapfrog step) that first checks the deadline :class:`LazyCompile` sets
+    for an eager iteration, raising :class:`EagerOverBudget` past it; outside such an iteration it only calls
+    ``unit``."""
+
+    def call(*args):
+        at = getattr(_deadline, "at", None)
+        if at is not None and time.perf_counter() > at:
+            raise EagerOverBudget
+        return unit(*args)
+
+    return call
 
 
 def _detect_vector_isa(valid_vec_isa_list: Callable) -> None:
@@ -111,12 +135,23 @@ def should_compile(eager_seconds: float, done: int, total: int, compile_seconds:
     return (total - done) * (eager_seconds / done) * (1 - COMPILED_COST_FRACTION) > compile_seconds
 
 
+def eager_budget(eager_seconds: float, done: int, total: int, compile_seconds: float) -> Optional[float]:
+    """The eager seconds the next iteration may take before :func:`should_compile` holds after it, whatever
+    it costs beyond them: ``compile_seconds·(done + 1) / ((1 − f)·(total − done − 1)) − eager_seconds`` (at
+    least 0), or ``None`` when no iteration would remain to profit."""
+    remaining = total - done - 1
+    if remaining <= 0:
+        return None
+    return max(0.0, compile_seconds * (done + 1) / ((1 - COMPILED_COST_FRACTION) * remaining) - eager_seconds)
+
+
 class LazyCompile:
     """A transition ``(state, *args) -> (state, info)`` that runs eagerly until compiling pays.
 
     Args:
         build: ``build(compile: bool) -> transition``, called once with ``False`` and at most once
-            with ``True`` (when the rule says so).
+            with ``True`` (when the rule says so); the eager transition's units should be
+            :func:`interruptible`, so that an eager iteration past its :func:`eager_budget` gives way.
         mode: ``"auto"`` (the rule of :func:`should_compile`), ``True`` (compiled from the first
             iteration) or ``False`` (never).
         total: the iterations the sampler will run (warm-up and sampling).
@@ -129,8 +164,9 @@ class LazyCompile:
             :func:`warm_cpu_compiler` (build the transition before the sampler's start to gain most).
 
     After the run, :attr:`record` holds ``compile`` (the mode), ``compiled_from`` (the first
-    compiled iteration or ``None``), ``compile_seconds`` (that call's wall time) and
-    ``compile_skipped`` (the blocker, if any).
+    compiled iteration or ``None``), ``compile_seconds`` (that call's wall time),
+    ``compile_skipped`` (the blocker, if any) and ``eager_abandoned`` (the iteration whose eager run was
+    abandoned for the compiled one, or ``None``).
     """
 
     def __init__(self, build: Callable[[bool], Callable], mode, total: int, key: tuple, blocker: Optional[str] = None,
@@ -141,7 +177,8 @@ class LazyCompile:
             warnings.warn(f"compile=True, but {blocker}: running without compilation", RuntimeWarning, stacklevel=3)
         self.build, self.total, self.key, self.progress, self.desc = build, total, key, progress, desc
         self.enabled = mode is not False and blocker is None
-        self.record = {"compile": mode, "compiled_from": None, "compile_seconds": None, "compile_skipped": blocker}
+        self.record = {"compile": mode, "compiled_from": None, "compile_seconds": None, "compile_skipped": blocker,
+                       "eager_abandoned": None}
         self.eager = build(False)
         self.compiled = None
         if self.enabled and device is not None and torch.device(device).type == "cpu":
@@ -155,25 +192,47 @@ class LazyCompile:
         self.record["compiled_from"] = self.done
 
     def __call__(self, state, *args):
-        if self.compiled is not None and self.record["compile_seconds"] is None:
+        if self.compiled is None:
+            out = self._eager(state, args)
+            if out is not None:
+                self.done += 1
+                if self.enabled and should_compile(self.eager_seconds, self.done, self.total, self._compile_seconds()):
+                    self._switch()
+                return out
+        if self.record["compile_seconds"] is None:
             bar = tqdm(total=1, desc=self.desc, disable=not self.progress, leave=False)
             started = time.perf_counter()
             out = self.compiled(state, *args)
-            seconds = time.perf_counter() - started
+            self.record["compile_seconds"] = _measured[self.key] = time.perf_counter() - started
             bar.update(1)
             bar.close()
-            self.record["compile_seconds"] = _measured[self.key] = seconds
-        elif self.compiled is not None:
-            out = self.compiled(state, *args)
         else:
-            started = time.perf_counter()
-            out = self.eager(state, *args)
-            self.eager_seconds += time.perf_counter() - started
+            out = self.compiled(state, *args)
         self.done += 1
-        if self.enabled and self.compiled is None and should_compile(
-            self.eager_seconds, self.done, self.total, _measured.get(self.key, COLD_COMPILE_SECONDS)
-        ):
+        return out
+
+    def _compile_seconds(self) -> float:
+        return _measured.get(self.key, COLD_COMPILE_SECONDS)
+
+    def _eager(self, state, args: tuple):
+        """The eager iteration's output, or ``None`` when it was abandoned past its :func:`eager_budget` (the
+        transition then compiled and the generators among ``args`` back at their states before it)."""
+        budget = eager_budget(self.eager_seconds, self.done, self.total, self._compile_seconds()) if self.enabled else None
+        generators = [arg for arg in args if isinstance(arg, torch.Generator)]
+        saved = [generator.get_state() for generator in generators]
+        started = time.perf_counter()
+        _deadline.at = None if budget is None else started + budget
+        try:
+            out = self.eager(state, *args)
+        except EagerOverBudget:
+            for generator, generator_state in zip(generators, saved):
+                generator.set_state(generator_state)
+            self.record["eager_abandoned"] = self.done
             self._switch()
+            return None
+        finally:
+            _deadline.at = None
+            self.eager_seconds += time.perf_counter() - started
         return out
 
 

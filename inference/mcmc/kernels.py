@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from inference.optim.potential import Potential, compiled
+from inference.mcmc.compilation import interruptible
 from inference.mcmc.integrators import IntegratorState, energy, energy_error, leapfrog
 from inference.mcmc.mass_matrix import Metric, random_like, sample_momentum, velocity
 from inference.mcmc.nuts import Checkpoints, Edge, Proposal, build_subtree, is_turning, new_subtree
@@ -41,16 +42,21 @@ def _value_and_grad(potential: Potential, compile: bool):
     return potential.functional_value_and_grad if compile else potential.value_and_grad
 
 
+def _unit(fn: Callable, potential: Potential, compile: bool, *args) -> Callable:
+    """``fn`` with the potential's gradient and ``args`` bound: compiled for ``potential``'s device, or eager and
+    :func:`~inference.mcmc.compilation.interruptible` (an eager iteration past its budget gives way)."""
+    bound = compiled(fn, compile, _value_and_grad(potential, compile), *args, device=potential.device)
+    return bound if compile else interruptible(bound)
+
+
 def build_hmc(potential: Potential, compile: bool, max_energy_error: float, num_steps: int, step_jitter: float) -> Callable:
     """The static-HMC transition over ``potential`` (see the module docstring)."""
-    step = compiled(leapfrog, compile, _value_and_grad(potential, compile))
-    return partial(hmc_transition, step, max_energy_error, num_steps, step_jitter)
+    return partial(hmc_transition, _unit(leapfrog, potential, compile), max_energy_error, num_steps, step_jitter)
 
 
 def build_nuts(potential: Potential, compile: bool, max_energy_error: float, max_tree_depth: int) -> Callable:
     """The NUTS transition over ``potential`` with at most 2^``max_tree_depth`` − 1 leapfrog steps."""
-    subtree = compiled(build_subtree, compile, _value_and_grad(potential, compile), max_energy_error)
-    return partial(nuts_transition, subtree, max_tree_depth)
+    return partial(nuts_transition, _unit(build_subtree, potential, compile, max_energy_error), max_tree_depth)
 
 
 def hmc_transition(
