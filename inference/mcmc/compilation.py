@@ -16,7 +16,7 @@ applied *during* an eager iteration: the eager units (a NUTS subtree, a leapfrog
 :func:`interruptible`, and once the iteration has run so long that the rule would compile after it
 whatever it still costs, it is abandoned and run again compiled, with the same random draws (the
 generators among its arguments restored) — so a fit whose first iteration builds a deep eager tree
-(the tiny benchmark model: 1 000 leapfrog steps, 1.5 s) loses about 50 ms, not the whole iteration.
+(the tiny benchmark model: 1 000 leapfrog steps, 1.5 s) loses 0.1 s, not the whole iteration.
 
 :func:`compile_blocker` names what stops a network's potential from compiling at all (a
 recurrent layer, or a network evaluated draw by draw without ``vmap``), so that such a model
@@ -56,6 +56,7 @@ COMPILED_COST_FRACTION = 0.25
 _measured: dict = {}  # compiled unit's key -> seconds its first compiled call took in this process
 _warming: list = []  # the one background thread of warm_cpu_compiler, once started
 _deadline = threading.local()  # .at: the perf_counter time past which the running eager iteration gives way
+_ABANDONED = object()  # what LazyCompile._eager returns for an iteration it gave up
 
 
 class EagerOverBudget(Exception):
@@ -194,7 +195,7 @@ class LazyCompile:
     def __call__(self, state, *args):
         if self.compiled is None:
             out = self._eager(state, args)
-            if out is not None:
+            if out is not _ABANDONED:
                 self.done += 1
                 if self.enabled and should_compile(self.eager_seconds, self.done, self.total, self._compile_seconds()):
                     self._switch()
@@ -215,7 +216,7 @@ class LazyCompile:
         return _measured.get(self.key, COLD_COMPILE_SECONDS)
 
     def _eager(self, state, args: tuple):
-        """The eager iteration's output, or ``None`` when it was abandoned past its :func:`eager_budget` (the
+        """The eager iteration's output, or ``_ABANDONED`` when it was abandoned past its :func:`eager_budget` (the
         transition then compiled and the generators among ``args`` back at their states before it)."""
         budget = eager_budget(self.eager_seconds, self.done, self.total, self._compile_seconds()) if self.enabled else None
         generators = [arg for arg in args if isinstance(arg, torch.Generator)]
@@ -229,7 +230,7 @@ class LazyCompile:
                 generator.set_state(generator_state)
             self.record["eager_abandoned"] = self.done
             self._switch()
-            return None
+            return _ABANDONED
         finally:
             _deadline.at = None
             self.eager_seconds += time.perf_counter() - started
