@@ -159,7 +159,7 @@ class HMCBackend(Backend):
             partial(self._transition, potential, config), config.compile,
             config.warmup_steps + config.num_samples * config.thin, unit_key(self.name, potential, config.num_chains),
             compile_blocker(bnn), progress, desc=f"{self.name}: compiling the {self.unit} (once per fit)",
-            device=x.device,
+            device=potential.device,
         )  # fmt: skip
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed)
         if not bool(torch.isfinite(z0).all()):

@@ -46,7 +46,7 @@ from inference.laplace.evidence import log_evidence, mackay_precision, prior_mom
 from inference.laplace.map_ggn import covariance_root, hessian_structure, map_and_curvature
 from inference.laplace.laplace_posterior import CLOSED_FORM, PREDICTIVES, KronRoot, LaplacePosterior, gaussian_draws
 from inference.optim.map import MAPOptions
-from inference.optim.start import INIT_STRATEGIES, MAP_BATCH_SIZE
+from inference.optim.start import INIT_STRATEGIES, batches_per_epoch
 from inference.backends.base import Backend
 
 __all__ = ["LaplaceConfig", "LaplaceBackend"]
@@ -165,8 +165,8 @@ class LaplaceConfig:
 
 def map_budget(num_data: int) -> int:
     """The ``map`` backend's default number of Adam steps on ``num_data`` rows: its default epochs
-    (:class:`~inference.optim.training.OptimiserOptions`) of minibatches of :data:`MAP_BATCH_SIZE`."""
-    return MAPOptions().epochs * math.ceil(num_data / min(MAP_BATCH_SIZE, num_data))
+    (:class:`~inference.optim.training.OptimiserOptions`) of minibatches of :data:`~inference.optim.start.MAP_BATCH_SIZE`."""
+    return MAPOptions().epochs * batches_per_epoch(num_data)
 
 
 class LaplaceBackend(Backend):

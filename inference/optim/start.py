@@ -24,7 +24,8 @@ from inference.optim.map import MAPOptions, fit_map
 from inference.optim.potential import Potential
 from inference.optim.training import NonFiniteLossError
 
-__all__ = ["INIT_STRATEGIES", "MAP_BATCH_SIZE", "initial_point", "endless_batches", "epoch_log_density"]
+__all__ = ["INIT_STRATEGIES", "MAP_BATCH_SIZE", "batches_per_epoch", "initial_point", "endless_batches",
+           "epoch_log_density"]
 
 #: the ``init`` values of :func:`initial_point`
 INIT_STRATEGIES = ("map", "current")
@@ -50,7 +51,7 @@ def epoch_log_density(potential: Potential, z: torch.Tensor, data: LoaderBatches
     return total
 
 
-def _batches_per_epoch(num_data: int, num_batches: Optional[int]) -> int:
+def batches_per_epoch(num_data: int, num_batches: Optional[int] = None) -> int:
     """A DataLoader's ``num_batches``, or the batches of :data:`MAP_BATCH_SIZE` rows in ``num_data``."""
     return num_batches if num_batches is not None else math.ceil(num_data / min(MAP_BATCH_SIZE, num_data))
 
@@ -58,7 +59,7 @@ def _batches_per_epoch(num_data: int, num_batches: Optional[int]) -> int:
 def map_epochs(num_data: int, num_batches: Optional[int], map_steps: int) -> int:
     """Epochs of about ``map_steps`` minibatch steps: ``⌈map_steps / batches per epoch⌉`` (at least 1), batches
     of :data:`MAP_BATCH_SIZE` rows (or a DataLoader's ``num_batches``)."""
-    return max(1, math.ceil(map_steps / _batches_per_epoch(num_data, num_batches)))
+    return max(1, math.ceil(map_steps / batches_per_epoch(num_data, num_batches)))
 
 
 def initial_point(
@@ -122,7 +123,7 @@ def initial_point(
         batches = [(x, y)] if data is None else data.epoch(torch.Generator())  # a loader keeps its own order
         values.update(latents_at_map(bnn, values, batches))
     z = potential.pack(values).detach()
-    steps = epochs * _batches_per_epoch(potential.num_data, num_batches)
+    steps = epochs * batches_per_epoch(potential.num_data, num_batches)
     record.update(map_steps=steps, map_lr=map_lr, map_seconds=time.perf_counter() - started,
                   init_log_density=log_density(z.unsqueeze(0)))
     return z, record
