@@ -1,6 +1,6 @@
 """Digits, LeNet-300-100, KFAC Laplace on every weight: how its test ECE compares with MAP's (issue 25).
 
-Two measurements:
+Three measurements:
 
 * ``sweep --seed S`` — the run's MAP and KFAC GGN (the ``laplace`` backend's own
   :func:`~inference.laplace.map_ggn.map_and_curvature`, the ``map`` run's budget), then, for prior precision
@@ -13,16 +13,26 @@ Two measurements:
   points per seed) of the mean over the seeds of ECE(KFAC Laplace) − ECE(MAP), from the stored test
   predictions of run folders, one per seed and method in the same seed order (``python -m zoo fit --data digits
   --model lenet300100 --stochastic all --backend laplace --option hessian=kfac --seed S --out L_S``, and
-  ``--backend map``; or a ``paper-protocols`` folder's ``runs/digits-laplace_(all,_kfac)-S`` and ``runs/digits-map-S``).
+  ``--backend map``; or a ``paper-protocols`` folder's ``runs/digits-laplace_(all,_kfac)-S`` and ``runs/digits-map-S``),
+  with each run's mean confidence minus accuracy.
+
+* ``layerwise --seed S`` — one prior precision per layer instead of one for all: the backend's validation search
+  (the same held-out rows, the held-out MAP for the refit's epochs, the probit's validation NLL) over every
+  combination of δ_l ∈ 10^0 … 10^7 for the three layers, against the one-δ search on the same grid; then both on
+  the MAP of all rows, test NLL / ECE.  KFAC's covariance is block-diagonal over layers, so the logit variance is
+  Σ_l diag(J_l Σ_l(δ_l) J_lᵀ) and every combination costs one sum.
 
     python benchmarks/laplace_digits_calibration.py sweep --seed 0
     python benchmarks/laplace_digits_calibration.py bootstrap --laplace L0 L1 L2 --map M0 M1 M2
+    python benchmarks/laplace_digits_calibration.py layerwise --seed 0
 
-The last line is ``ece_difference_mean D se S`` (bootstrap) or the MAP's NLL / ECE (sweep).
+The last line is ``ece_difference_mean D se S`` (bootstrap), the MAP's NLL / ECE (sweep) or
+``layerwise_test_ece map M one_delta O per_layer L`` (layerwise).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from pathlib import Path
 
@@ -32,7 +42,7 @@ import torch
 
 from inference.evaluation.metrics import ece_from_probs
 from inference.laplace.curvature import WeightLayout, jacobian_chunks, jacobian_path
-from inference.laplace.evidence import prior_moments
+from inference.laplace.evidence import held_out_steps, prior_moments
 from inference.laplace.laplace_posterior import _projected, bridge_log_alpha, probit_logits
 from inference.laplace.map_ggn import covariance_root, map_and_curvature
 from lab.run_model import build_model
@@ -92,6 +102,12 @@ def sweep(seed: int) -> None:
     print("MAP NLL %.4f ECE %.4f" % nll_and_ece(torch.softmax(mean, -1), labels))
 
 
+def overconfidence(probs: torch.Tensor, labels: torch.Tensor) -> float:
+    """Mean top-class probability minus accuracy (> 0: over-confident on average, < 0: under-confident)."""
+    confidence, predicted = probs.max(-1)
+    return float(confidence.mean() - (predicted == labels).double().mean())
+
+
 def bootstrap(laplace_runs: list, map_runs: list, resamples: int = 1000) -> None:
     def test_probs(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
         idata = az.from_netcdf(run / "posterior.nc")
@@ -107,7 +123,8 @@ def bootstrap(laplace_runs: list, map_runs: list, resamples: int = 1000) -> None
             raise SystemExit(f"{laplace_run} and {map_run} predict different test sets: give them in the same seed order")
         seeds.append((laplace, map_probs, labels))
         print(f"{laplace_run.name} vs {map_run.name}: ECE KFAC Laplace {ece_from_probs(laplace, labels):.4f}, "
-              f"MAP {ece_from_probs(map_probs, labels):.4f}")
+              f"MAP {ece_from_probs(map_probs, labels):.4f}; mean confidence − accuracy KFAC Laplace "
+              f"{overconfidence(laplace, labels):+.4f}, MAP {overconfidence(map_probs, labels):+.4f}")
     rng = np.random.default_rng(0)
     point = np.mean([ece_from_probs(a, y) - ece_from_probs(b, y) for a, b, y in seeds])
     draws = []
@@ -121,16 +138,79 @@ def bootstrap(laplace_runs: list, map_runs: list, resamples: int = 1000) -> None
     print(f"ece_difference_mean {point:.4f} se {np.std(draws):.4f}")
 
 
+def layer_variances(bnn, layout: WeightLayout, w: torch.Tensor, eigenvalues: torch.Tensor, basis, x: torch.Tensor):
+    """``(logits [N, K], variances [L, N, K, G])``: the MAP's logits and each KFAC layer's share of the probit's
+    logit variance diag(J_l Σ_l(δ) J_lᵀ) for every δ of :data:`DELTAS`."""
+    unit = covariance_root("kfac", basis, torch.ones_like(eigenvalues), w.dtype)
+    sizes = [layer["positions"].numel() for layer in basis]
+    inv = (eigenvalues[:, None] + torch.tensor(DELTAS, dtype=eigenvalues.dtype)[None, :]).reciprocal().to(w.dtype)
+    logits, variances = [], []
+    with torch.enable_grad():
+        for _, f, jac in jacobian_chunks(layout, w.detach(), x):
+            squared = _projected(unit, jac.detach()).square()  # [n, K, P], layers in the eigenvalues' order
+            logits.append(f.detach().double())
+            variances.append(torch.stack([part @ block for part, block in
+                                          zip(torch.split(squared, sizes, -1), torch.split(inv, sizes))]).double())
+    return torch.cat(logits), torch.cat(variances, 1)
+
+
+def layerwise(seed: int) -> None:
+    spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend="laplace", seed=seed,
+                   backend_options={"hessian": "kfac"})
+    data = load_dataset("digits", split=0, seed=seed)
+    steps = resolve_backend_options(spec, data)["map_steps"]
+    x, y = data.x_train, data.y_train.long()
+    num_fit = int(0.8 * x.shape[0])  # the backend's validation_fraction 0.2 and its seeded order
+    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))
+    kept, held = order[:num_fit], order[num_fit:]
+    fits = {}
+    for name, rows, budget, x_eval in (("validation", kept, held_out_steps(steps, x.shape[0], num_fit), x[held]),
+                                       ("test", torch.arange(x.shape[0]), steps, data.x_test)):
+        bnn = build_model(spec, data)
+        layout = WeightLayout(bnn)
+        _, p0, _ = prior_moments(bnn, layout)
+        path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x[rows])
+        w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x[rows], y[rows], "kfac", path, p0, "map",
+                                                          budget, 0.01, False, seed)
+        fits[name] = layer_variances(bnn, layout, w, eigenvalues, basis, x_eval)
+
+    def probit(logits, variances, index):
+        return torch.softmax(probit_logits(logits, sum(v[:, :, g] for v, g in zip(variances, index))), -1)
+
+    logits, variances = fits["validation"]
+    layers, size = variances.shape[0], variances.shape[-1]
+    picked = y[held].view(-1, 1)
+    scores = {index: -float(probit(logits, variances, index).gather(-1, picked).log().mean())
+              for index in itertools.product(range(size), repeat=layers)}
+    one = min((index for index in scores if len(set(index)) == 1), key=scores.get)
+    per_layer = min(scores, key=scores.get)
+    logits, variances = fits["test"]
+    labels = data.y_test.long()
+    map_nll, map_ece = nll_and_ece(torch.softmax(logits, -1), labels)
+    print(f"digits seed {seed}, KFAC Laplace, probit, δ by the validation NLL on {len(held)} held-out rows "
+          f"(MAP of {steps} steps; held-out MAP of {held_out_steps(steps, x.shape[0], num_fit)}):")
+    print(f"MAP                        test NLL {map_nll:.4f} ECE {map_ece:.4f}")
+    for label, index in (("one δ", one), ("one δ per layer", per_layer)):
+        nll, ece = nll_and_ece(probit(logits, variances, index), labels)
+        print(f"{label:16} {[f'{DELTAS[g]:.3g}' for g in index]}  validation NLL {scores[index]:.4f}  "
+              f"test NLL {nll:.4f} ECE {ece:.4f}")
+    print(f"layerwise_test_ece map {map_ece:.4f} one_delta {nll_and_ece(probit(logits, variances, one), labels)[1]:.4f} "
+          f"per_layer {nll_and_ece(probit(logits, variances, per_layer), labels)[1]:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sweep").add_argument("--seed", type=int, default=0)
+    sub.add_parser("layerwise").add_argument("--seed", type=int, default=0)
     boot = sub.add_parser("bootstrap")
     boot.add_argument("--laplace", type=Path, nargs="+", required=True, help="KFAC Laplace run folders, one per seed")
     boot.add_argument("--map", type=Path, nargs="+", required=True, help="MAP run folders, same seeds and order")
     args = parser.parse_args()
     if args.command == "sweep":
         sweep(args.seed)
+    elif args.command == "layerwise":
+        layerwise(args.seed)
     else:
         bootstrap(args.laplace, args.map)
 

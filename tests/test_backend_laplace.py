@@ -17,7 +17,7 @@ from torch import nn
 
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
-from inference.laplace.evidence import VALIDATION_GRID, log_evidence
+from inference.laplace.evidence import VALIDATION_GRID, held_out_steps, log_evidence
 from inference.laplace.laplace_posterior import KronRoot, LaplacePosterior, bridge_log_alpha, closed_form_nll, probit_logits
 from inference.laplace.curvature import WeightLayout, ggn, kfac
 from inference.evaluation.metrics import evaluate
@@ -393,6 +393,30 @@ def test_default_classification_prior_precision_is_searched_on_validation_rows_t
     torch.testing.assert_close(post.mean, fixed.mean, rtol=0, atol=0)
     torch.testing.assert_close(post.predict(x[:7]).mean, fixed.predict(x[:7]).mean, rtol=0, atol=0)
     assert VALIDATION_GRID[0] == pytest.approx(1e-4) and VALIDATION_GRID[-1] == pytest.approx(1e6)
+
+
+def test_the_held_out_map_trains_for_the_epochs_of_the_refit_not_its_steps():
+    # 200 rows: the refit's 40 steps are 10 epochs of 4 minibatches of 64; the 160 kept rows make 3 a pass,
+    # so the held-out MAP gets 30 steps (10 epochs), not 40 (14 epochs: a more confident MAP)
+    generator = torch.Generator().manual_seed(0)
+    y = torch.arange(3).repeat_interleave(67)[:200]
+    x = torch.tensor([[0.0, 1.5], [-1.3, -0.8], [1.3, -0.8]])[y] + 0.7 * torch.randn(200, 2, generator=generator)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 6), nn.Tanh(), nn.Linear(6, 3))
+    bnn = BayesianNetwork(net, "all", NormalPrior(1.0), CategoricalLikelihood(), output_dim=3)
+    fresh = copy.deepcopy(bnn)
+    grid = [0.1, 3.0, 100.0]
+    post = fit(bnn, x, y, backend="laplace", seed=0, progress=False, map_steps=40, num_samples=2,
+               prior_precision_grid=grid)
+    assert held_out_steps(40, 200, 160) == 30 and post.info["validation_map_steps"] == 30
+    # the scores are those of a Laplace fitted on the kept rows alone with 30 steps, on the held-out rows
+    order = torch.randperm(200, generator=torch.Generator().manual_seed(0))
+    kept, held = order[:160], order[160:]
+    for row in post.info["validation"]:
+        alone = fit(copy.deepcopy(fresh), x[kept], y[kept], backend="laplace", seed=0, progress=False, map_steps=30,
+                    num_samples=2, prior_precision=row["prior_precision_scale"])
+        nll = -float(alone.predict(x[held], y=y[held]).log_predictive_density().mean())
+        assert row["validation_nll"] == pytest.approx(nll, rel=1e-4)
 
 
 @pytest.mark.parametrize("predictive", ["probit", "bridge"])
