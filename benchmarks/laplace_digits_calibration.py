@@ -10,11 +10,11 @@ Three measurements:
   binary probit on each logit difference, p_k ∝ 1 / Σ_j exp(−(μ_k − μ_j) / √(1 + π/8 Var(f_k − f_j))), as
   Lu, Ie & Sha 2020's mean-field form with the full covariance) — where the ECE goes as δ moves.
 * ``bootstrap --laplace L0 L1 L2 --map M0 M1 M2`` — the paired bootstrap (1 000 resamples of the 450 test
-  points per seed) of the mean over the seeds of ECE(KFAC Laplace) − ECE(MAP), from the stored test
-  predictions of run folders, one per seed and method in the same seed order (``python -m zoo fit --data digits
-  --model lenet300100 --stochastic all --backend laplace --option hessian=kfac --seed S --out L_S``, and
-  ``--backend map``; or a ``paper-protocols`` folder's ``runs/digits-laplace_(all,_kfac)-S`` and ``runs/digits-map-S``),
-  with each run's mean confidence minus accuracy.
+  points per seed) of the mean over the seeds of ECE(KFAC Laplace) − ECE(MAP), and of the NLL difference,
+  from the stored test predictions of run folders, one per seed and method in the same seed order
+  (``python -m zoo fit --data digits --model lenet300100 --stochastic all --backend laplace --option hessian=kfac
+  --seed S --out L_S``, and ``--backend map``; or a ``paper-protocols`` folder's
+  ``runs/digits-laplace_(all,_kfac)-S`` and ``runs/digits-map-S``), with each run's mean confidence minus accuracy.
 
 * ``layerwise --seed S`` — one prior precision per layer instead of one for all: the backend's validation search
   (the same held-out rows, the held-out MAP for the refit's epochs, the probit's validation NLL) over every
@@ -126,16 +126,22 @@ def bootstrap(laplace_runs: list, map_runs: list, resamples: int = 1000) -> None
               f"MAP {ece_from_probs(map_probs, labels):.4f}; mean confidence − accuracy KFAC Laplace "
               f"{overconfidence(laplace, labels):+.4f}, MAP {overconfidence(map_probs, labels):+.4f}")
     rng = np.random.default_rng(0)
-    point = np.mean([ece_from_probs(a, y) - ece_from_probs(b, y) for a, b, y in seeds])
-    draws = []
+    differences = {"nll": lambda a, b, y: nll_and_ece(a, y)[0] - nll_and_ece(b, y)[0],
+                   "ece": lambda a, b, y: ece_from_probs(a, y) - ece_from_probs(b, y)}
+    points = {k: np.mean([f(a, b, y) for a, b, y in seeds]) for k, f in differences.items()}
+    draws = {k: [] for k in differences}
     for _ in range(resamples):
-        diffs = []
+        diffs = {k: [] for k in differences}
         for a, b, y in seeds:
             rows = torch.as_tensor(rng.integers(0, len(y), len(y)))
-            diffs.append(ece_from_probs(a[rows], y[rows]) - ece_from_probs(b[rows], y[rows]))
-        draws.append(np.mean(diffs))
-    print(f"P(difference > 0) over the resamples {np.mean(np.array(draws) > 0):.2f}")
-    print(f"ece_difference_mean {point:.4f} se {np.std(draws):.4f}")
+            for k, f in differences.items():
+                diffs[k].append(f(a[rows], b[rows], y[rows]))
+        for k in differences:
+            draws[k].append(np.mean(diffs[k]))
+    print(f"nll_difference_mean {points['nll']:.4f} se {np.std(draws['nll']):.4f} "
+          f"(P > 0 over the resamples {np.mean(np.array(draws['nll']) > 0):.2f})")
+    print(f"P(ECE difference > 0) over the resamples {np.mean(np.array(draws['ece']) > 0):.2f}")
+    print(f"ece_difference_mean {points['ece']:.4f} se {np.std(draws['ece']):.4f}")
 
 
 def layer_variances(bnn, layout: WeightLayout, w: torch.Tensor, eigenvalues: torch.Tensor, basis, x: torch.Tensor):
