@@ -1,6 +1,6 @@
 """Digits, LeNet-300-100, KFAC Laplace on every weight: how its test ECE compares with MAP's (issue 25).
 
-Three measurements:
+Four measurements:
 
 * ``sweep --seed S`` — the run's MAP and KFAC GGN (the ``laplace`` backend's own
   :func:`~inference.laplace.map_ggn.map_and_curvature`, the ``map`` run's budget), then, for prior precision
@@ -15,7 +15,9 @@ Three measurements:
   (``python -m zoo fit --data digits --model lenet300100 --stochastic all --backend laplace --option hessian=kfac
   --seed S --out L_S``, and ``--backend map``; or a ``paper-protocols`` folder's
   ``runs/digits-laplace_(all,_kfac)-S`` and ``runs/digits-map-S``), with each run's mean confidence minus accuracy.
-
+* ``folds --seed S [--folds 5]`` — δ by the backend's one held-out split against K-fold cross-validation
+  (``validation_folds=K``: every training row held out once, a MAP per fold, the folds' NLL pooled), each then on
+  the MAP of all rows, test NLL / ECE, on one torch thread as ``python -m zoo fit`` runs (so the MAPs are the runs').
 * ``layerwise --seed S`` — one prior precision per layer instead of one for all: the backend's validation search
   (the same held-out rows, the held-out MAP for the refit's epochs, the probit's validation NLL) over every
   combination of δ_l ∈ 10^0 … 10^7 for the three layers, against the one-δ search on the same grid; then both on
@@ -25,9 +27,11 @@ Three measurements:
     python benchmarks/laplace_digits_calibration.py sweep --seed 0
     python benchmarks/laplace_digits_calibration.py bootstrap --laplace L0 L1 L2 --map M0 M1 M2
     python benchmarks/laplace_digits_calibration.py layerwise --seed 0
+    python benchmarks/laplace_digits_calibration.py folds --seed 0 --folds 5
 
 The last line is ``ece_difference_mean D se S`` (bootstrap), the MAP's NLL / ECE (sweep) or
-``layerwise_test_ece map M one_delta O per_layer L`` (layerwise).
+``layerwise_test_ece map M one_delta O per_layer L`` (layerwise) or ``folds_test seed S map NLL ECE one_split δ NLL
+ECE kfold δ NLL ECE`` (folds).
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ import torch
 
 from inference.evaluation.metrics import ece_from_probs
 from inference.laplace.curvature import WeightLayout, jacobian_chunks, jacobian_path
-from inference.laplace.evidence import held_out_steps, prior_moments
+from inference.laplace.evidence import VALIDATION_GRID, held_out_folds, held_out_steps, prior_moments
 from inference.laplace.laplace_posterior import _projected, bridge_log_alpha, probit_logits
 from inference.laplace.map_ggn import covariance_root, map_and_curvature
 from lab.run_model import build_model
@@ -144,12 +148,13 @@ def bootstrap(laplace_runs: list, map_runs: list, resamples: int = 1000) -> None
     print(f"ece_difference_mean {points['ece']:.4f} se {np.std(draws['ece']):.4f}")
 
 
-def layer_variances(bnn, layout: WeightLayout, w: torch.Tensor, eigenvalues: torch.Tensor, basis, x: torch.Tensor):
+def layer_variances(bnn, layout: WeightLayout, w: torch.Tensor, eigenvalues: torch.Tensor, basis, x: torch.Tensor,
+                    deltas=DELTAS):
     """``(logits [N, K], variances [L, N, K, G])``: the MAP's logits and each KFAC layer's share of the probit's
-    logit variance diag(J_l Σ_l(δ) J_lᵀ) for every δ of :data:`DELTAS`."""
+    logit variance diag(J_l Σ_l(δ) J_lᵀ) for every δ of ``deltas`` (G of them)."""
     unit = covariance_root("kfac", basis, torch.ones_like(eigenvalues), w.dtype)
     sizes = [layer["positions"].numel() for layer in basis]
-    inv = (eigenvalues[:, None] + torch.tensor(DELTAS, dtype=eigenvalues.dtype)[None, :]).reciprocal().to(w.dtype)
+    inv = (eigenvalues[:, None] + torch.tensor(deltas, dtype=eigenvalues.dtype)[None, :]).reciprocal().to(w.dtype)
     logits, variances = [], []
     with torch.enable_grad():
         for _, f, jac in jacobian_chunks(layout, w.detach(), x):
@@ -160,15 +165,61 @@ def layer_variances(bnn, layout: WeightLayout, w: torch.Tensor, eigenvalues: tor
     return torch.cat(logits), torch.cat(variances, 1)
 
 
+def kfac_fit(spec, data, rows: torch.Tensor, steps: int, seed: int, x_eval: torch.Tensor, deltas):
+    """:func:`layer_variances` at ``x_eval`` of the KFAC Laplace whose MAP is fitted on the training ``rows`` for
+    ``steps`` (the backend's own :func:`~inference.laplace.map_ggn.map_and_curvature`)."""
+    x, y = data.x_train[rows], data.y_train.long()[rows]
+    bnn = build_model(spec, data)
+    layout = WeightLayout(bnn)
+    _, p0, _ = prior_moments(bnn, layout)
+    path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x)
+    w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x, y, "kfac", path, p0, "map", steps, 0.01,
+                                                      False, seed)
+    return layer_variances(bnn, layout, w, eigenvalues, basis, x_eval, deltas)
+
+
+def folds(seed: int, num_folds: int) -> None:
+    spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend="laplace", seed=seed,
+                   backend_options={"hessian": "kfac"})
+    data = load_dataset("digits", split=0, seed=seed)
+    steps = resolve_backend_options(spec, data)["map_steps"]
+    n = data.x_train.shape[0]
+    order, held_outs = held_out_folds(n, 0.2, num_folds, seed)  # the backend's folds: the first is its one split
+    grid = torch.tensor(VALIDATION_GRID, dtype=torch.float64)
+    curves = []
+    for held in held_outs:
+        kept = order[~torch.isin(order, held)]
+        logits, variances = kfac_fit(spec, data, kept, held_out_steps(steps, n, kept.numel()), seed,
+                                     data.x_train[held], VALIDATION_GRID)
+        probs = torch.softmax(probit_logits(logits.unsqueeze(0), variances.sum(0).permute(2, 0, 1)), -1)  # [G, n, K]
+        labels = data.y_train.long()[held].view(1, -1, 1).expand(len(grid), -1, 1)
+        curves.append(-probs.gather(-1, labels).log().sum((1, 2)))  # summed NLL per δ [G]
+    one_split = int((curves[0] / held_outs[0].numel()).argmin())
+    pooled = int((torch.stack(curves).sum(0) / n).argmin())
+    logits, variances = kfac_fit(spec, data, torch.arange(n), steps, seed, data.x_test, VALIDATION_GRID)
+    labels = data.y_test.long()
+    print(f"digits seed {seed}, KFAC Laplace, probit (one torch thread, as a run): δ by one held-out split of "
+          f"{held_outs[0].numel()} rows vs {num_folds}-fold cross-validation over all {n} training rows")
+    rows = {"MAP": nll_and_ece(torch.softmax(logits, -1), labels)}
+    for label, g in (("one split", one_split), (f"{num_folds}-fold", pooled)):
+        rows[label] = nll_and_ece(torch.softmax(probit_logits(logits, variances.sum(0)[:, :, g]), -1), labels)
+        print(f"{label:10} δ {float(grid[g]):9.4g}  test NLL {rows[label][0]:.4f} ECE {rows[label][1]:.4f}")
+    print(f"MAP                   test NLL {rows['MAP'][0]:.4f} ECE {rows['MAP'][1]:.4f}")
+    kfold = rows[f"{num_folds}-fold"]
+    print(f"folds_test seed {seed} map {rows['MAP'][0]:.4f} {rows['MAP'][1]:.4f} "
+          f"one_split {float(grid[one_split]):.4g} {rows['one split'][0]:.4f} {rows['one split'][1]:.4f} "
+          f"kfold {float(grid[pooled]):.4g} {kfold[0]:.4f} {kfold[1]:.4f}")
+
+
 def layerwise(seed: int) -> None:
     spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend="laplace", seed=seed,
                    backend_options={"hessian": "kfac"})
     data = load_dataset("digits", split=0, seed=seed)
     steps = resolve_backend_options(spec, data)["map_steps"]
     x, y = data.x_train, data.y_train.long()
-    num_fit = int(0.8 * x.shape[0])  # the backend's validation_fraction 0.2 and its seeded order
-    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))
-    kept, held = order[:num_fit], order[num_fit:]
+    order, (held,) = held_out_folds(x.shape[0], 0.2, 1, seed)  # the backend's one split (validation_fraction 0.2)
+    num_fit = x.shape[0] - held.numel()
+    kept = order[:num_fit]
     fits = {}
     for name, rows, budget, x_eval in (("validation", kept, held_out_steps(steps, x.shape[0], num_fit), x[held]),
                                        ("test", torch.arange(x.shape[0]), steps, data.x_test)):
@@ -209,6 +260,9 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sweep").add_argument("--seed", type=int, default=0)
     sub.add_parser("layerwise").add_argument("--seed", type=int, default=0)
+    fold = sub.add_parser("folds")
+    fold.add_argument("--seed", type=int, default=0)
+    fold.add_argument("--folds", type=int, default=5)
     boot = sub.add_parser("bootstrap")
     boot.add_argument("--laplace", type=Path, nargs="+", required=True, help="KFAC Laplace run folders, one per seed")
     boot.add_argument("--map", type=Path, nargs="+", required=True, help="MAP run folders, same seeds and order")
@@ -217,6 +271,9 @@ def main() -> None:
         sweep(args.seed)
     elif args.command == "layerwise":
         layerwise(args.seed)
+    elif args.command == "folds":
+        torch.set_num_threads(1)  # as `python -m zoo fit` (its --threads default): the runs' MAPs to the digit
+        folds(args.seed, args.folds)
     else:
         bootstrap(args.laplace, args.map)
 

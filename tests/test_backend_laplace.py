@@ -17,7 +17,7 @@ from torch import nn
 
 from conftest import flat_linear_draws
 from inference import fit, load_posterior
-from inference.laplace.evidence import VALIDATION_GRID, held_out_steps, log_evidence
+from inference.laplace.evidence import VALIDATION_GRID, held_out_folds, held_out_steps, log_evidence
 from inference.laplace.laplace_posterior import KronRoot, LaplacePosterior, bridge_log_alpha, closed_form_nll, probit_logits
 from inference.laplace.curvature import WeightLayout, ggn, kfac
 from inference.evaluation.metrics import evaluate
@@ -265,6 +265,11 @@ def test_cli_last_layer_laplace_writes_metrics_and_a_loo_readable_netcdf(tmp_pat
     ({"prior_precision_grid": [1.0, -2.0]}, "prior_precision_grid must be a non-empty list of positive numbers"),
     ({"validation_fraction": 1.5}, "validation_fraction must lie in"),
     ({"prior_precision": "marglik", "prior_precision_grid": [1.0]}, "apply to prior_precision='validation' only"),
+    ({"prior_precision": "marglik", "validation_folds": 5}, "apply to prior_precision='validation' only"),
+    ({"validation_folds": 0}, "validation_folds must be a whole number"),
+    ({"validation_folds": 2.5}, "option 'validation_folds' of backend 'laplace' must be an integer"),
+    ({"validation_folds": 5, "validation_fraction": 0.3}, "validation_fraction applies to one held-out split"),
+    ({"validation_folds": 5}, "prior_precision='auto' is 'marglik' here"),
     ({"prior_precision_grid": [1.0]}, "prior_precision='auto' is 'marglik' here"),  # regression: auto is marglik
     ({"prior_precision": "validation"}, "scores the closed-form classification predictives"),
 ])
@@ -408,7 +413,7 @@ def test_the_held_out_map_trains_for_the_epochs_of_the_refit_not_its_steps():
     grid = [0.1, 3.0, 100.0]
     post = fit(bnn, x, y, backend="laplace", seed=0, progress=False, map_steps=40, num_samples=2,
                prior_precision_grid=grid)
-    assert held_out_steps(40, 200, 160) == 30 and post.info["validation_map_steps"] == 30
+    assert held_out_steps(40, 200, 160) == 30 and post.info["validation_map_steps"] == [30]
     # the scores are those of a Laplace fitted on the kept rows alone with 30 steps, on the held-out rows
     order = torch.randperm(200, generator=torch.Generator().manual_seed(0))
     kept, held = order[:160], order[160:]
@@ -417,6 +422,32 @@ def test_the_held_out_map_trains_for_the_epochs_of_the_refit_not_its_steps():
                     num_samples=2, prior_precision=row["prior_precision_scale"])
         nll = -float(alone.predict(x[held], y=y[held]).log_predictive_density().mean())
         assert row["validation_nll"] == pytest.approx(nll, rel=1e-4)
+
+
+def test_k_fold_validation_holds_every_row_out_once_and_pools_the_folds_nll():
+    # K-fold cross-validation of δ: each fold's score is that of a Laplace fitted on the other rows alone (for the
+    # refit's epochs), and the search's score is their mean over all held-out rows
+    bnn, x, y = _classifier_problem()
+    fresh = copy.deepcopy(bnn)
+    grid = [0.3, 30.0]
+    post = fit(bnn, x, y, backend="laplace", seed=2, progress=False, map_steps=60, num_samples=2,
+               prior_precision_grid=grid, validation_folds=3)
+    order, held_outs = held_out_folds(48, 0.2, 3, seed=2)
+    assert sorted(torch.cat(held_outs).tolist()) == list(range(48)) and [h.numel() for h in held_outs] == [16, 16, 16]
+    assert post.info["validation_folds"] == 3 and post.info["num_validation"] == 48
+    assert post.info["validation_map_steps"] == [60, 60, 60]  # one minibatch an epoch on 32 rows as on 48
+    for row in post.info["validation"]:
+        total = 0.0
+        for held in held_outs:
+            kept = order[~torch.isin(order, held)]
+            alone = fit(copy.deepcopy(fresh), x[kept], y[kept], backend="laplace", seed=2, progress=False,
+                        map_steps=60, num_samples=2, prior_precision=row["prior_precision_scale"])
+            total -= float(alone.predict(x[held], y=y[held]).log_predictive_density().sum())
+        assert row["validation_nll"] == pytest.approx(total / 48, rel=1e-4)
+    # five folds start with the one-fold split of validation_fraction 0.2
+    one = held_out_folds(48, 0.2, 1, seed=2)
+    five = held_out_folds(48, 0.2, 5, seed=2)
+    assert torch.equal(one[0], five[0]) and torch.equal(one[1][0], five[1][0])
 
 
 @pytest.mark.parametrize("predictive", ["probit", "bridge"])
@@ -438,6 +469,7 @@ def test_validation_scores_are_the_closed_form_predictive_nll_at_each_delta(pred
     ({"map_steps": 0}, "fits the MAP on part of the data"),
     ({"predictive": "glm"}, "scores the closed-form classification predictives"),
     ({"validation_fraction": 0.99}, "leaves 0 to fit and 48 to validate"),
+    ({"validation_folds": 49}, "validation_folds 49 needs at least 49 training rows, got 48"),
 ])
 def test_bad_validation_search_is_a_clear_error(options, message):
     bnn, x, y = _classifier_problem()

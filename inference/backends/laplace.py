@@ -16,7 +16,8 @@ This module holds the options and assembles the parts of :mod:`inference.laplace
    linear regression); a number λ is the precision of an isotropic prior N(μ₀, λ⁻¹ I) (P₀ = 1, δ = λ;
    laplace-torch's ``prior_precision``); ``"marglik"`` maximises the Laplace evidence log Z(δ) by MacKay's
    fixed point with the MAP held (Immer et al. 2021); ``"validation"`` holds out a seeded random
-   ``validation_fraction`` (0.2) of the rows, fits the MAP and GGN on the rest, takes the δ of
+   ``validation_fraction`` (0.2) of the rows (or each of ``validation_folds`` folds in turn), fits the MAP
+   and GGN on the rest for the refit's epochs, takes the δ of
    ``prior_precision_grid`` (default 10^-4 … 10^6, five a decade) with the lowest validation NLL of the
    closed-form classification predictive (Kristiadi, Hein & Hennig 2020), and fits the MAP and GGN again
    on all rows (search, then refit; ``info["validation"]``).  ``"auto"`` (the default) is
@@ -73,7 +74,10 @@ class LaplaceConfig:
         prior_precision_grid: the δ searched by ``"validation"`` (``None``:
             :data:`inference.laplace.evidence.VALIDATION_GRID`).
         validation_fraction: the share of the training rows (a seeded random subset) held out by
-            ``"validation"``.
+            ``"validation"`` with one fold.
+        validation_folds: the folds of ``"validation"``: 1 (default) holds ``validation_fraction`` out once (as
+            laplace-torch's validation set); K ≥ 2 is K-fold cross-validation, every row held out once, a MAP per
+            fold (K fits instead of one; a less noisy δ, docs/baselines.md).
         predictive: ``"auto"`` (probit for a categorical likelihood, else glm), ``"glm"`` (Monte Carlo
             over the linearised network), ``"sample"`` (network at the draws), ``"probit"`` or
             ``"bridge"`` (closed-form classification predictives).
@@ -89,6 +93,7 @@ class LaplaceConfig:
     prior_precision: Union[str, float] = "auto"
     prior_precision_grid: Optional[list] = None
     validation_fraction: float = 0.2
+    validation_folds: int = 1
     predictive: str = "auto"
     num_samples: int = 200
     init: str = "map"
@@ -113,10 +118,16 @@ class LaplaceConfig:
             raise ValueError(f"prior_precision_grid must be a non-empty list of positive numbers, got {grid!r}")
         if not (math.isfinite(self.validation_fraction) and 0 < self.validation_fraction < 1):
             raise ValueError(f"validation_fraction must lie in (0, 1), got {self.validation_fraction}")
-        if self.prior_precision not in ("auto", "validation") and (
-                grid is not None or self.validation_fraction != LaplaceConfig.validation_fraction):
-            raise ValueError("prior_precision_grid and validation_fraction apply to prior_precision='validation' "
-                             "only; add prior_precision='validation' or drop them")
+        folds = self.validation_folds
+        if folds < 1:
+            raise ValueError(f"validation_folds must be a whole number ≥ 1 (1: one held-out split, K ≥ 2: K-fold "
+                             f"cross-validation), got {folds!r}")
+        if folds > 1 and self.validation_fraction != LaplaceConfig.validation_fraction:
+            raise ValueError(f"validation_fraction applies to one held-out split; validation_folds={folds} holds out "
+                             f"1/{folds} of the rows in each fold: drop validation_fraction or set validation_folds=1")
+        if self.prior_precision not in ("auto", "validation") and self._search_options_set():
+            raise ValueError("prior_precision_grid, validation_fraction and validation_folds apply to "
+                             "prior_precision='validation' only; add prior_precision='validation' or drop them")
         for name in ("num_samples", "max_full_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -124,6 +135,11 @@ class LaplaceConfig:
             raise ValueError(f"map_steps must be non-negative, got {self.map_steps}")
         if not (math.isfinite(self.map_lr) and self.map_lr > 0):
             raise ValueError(f"map_lr must be positive, got {self.map_lr}")
+
+    def _search_options_set(self) -> bool:
+        """Whether an option of the validation search differs from its default."""
+        return (self.prior_precision_grid is not None or self.validation_fraction != LaplaceConfig.validation_fraction
+                or self.validation_folds != LaplaceConfig.validation_folds)
 
     def resolved_predictive(self, likelihood) -> str:
         """The predictive for ``likelihood`` (``"auto"`` resolved).
@@ -147,10 +163,10 @@ class LaplaceConfig:
         if self.prior_precision == "auto":
             if predictive in CLOSED_FORM and map_fit:
                 return "validation"
-            if self.prior_precision_grid is not None or self.validation_fraction != LaplaceConfig.validation_fraction:
+            if self._search_options_set():
                 raise ValueError(f"prior_precision='auto' is 'marglik' here (predictive {predictive!r}, init "
-                                 f"{self.init!r}): prior_precision_grid and validation_fraction do not apply; drop "
-                                 f"them, or set prior_precision='validation'")
+                                 f"{self.init!r}): prior_precision_grid, validation_fraction and validation_folds do "
+                                 f"not apply; drop them, or set prior_precision='validation'")
             return "marglik"
         if self.prior_precision == "validation":
             if predictive not in CLOSED_FORM:
@@ -205,7 +221,7 @@ class LaplaceBackend(Backend):
         search = {}
         if rule == "validation":
             search = validation_search(bnn, layout, x, y, structure, path, p0, predictive, seed, progress,
-                                       validation_fraction=config.validation_fraction,
+                                       validation_fraction=config.validation_fraction, folds=config.validation_folds,
                                        grid=config.prior_precision_grid, **fit_options)
         w, latents, log_lik, eigenvalues, basis, record = map_and_curvature(bnn, layout, x, y, structure, path, p0,
                                                                             progress=progress, seed=seed, **fit_options)

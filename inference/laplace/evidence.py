@@ -35,7 +35,7 @@ from inference.laplace.laplace_posterior import closed_form_nll
 from inference.optim.start import batches_per_epoch, map_epochs
 
 __all__ = ["VALIDATION_GRID", "prior_moments", "log_evidence", "mackay_precision", "held_out_steps",
-           "validation_search"]
+           "held_out_folds", "validation_search"]
 
 #: the δ searched by ``prior_precision="validation"``: 10^-4 … 10^6, five points a decade (laplace-torch's
 #: ``gridsearch`` takes a log grid of 10^-4 … 10^4)
@@ -95,37 +95,62 @@ def held_out_steps(map_steps: int, num_data: int, num_fit: int) -> int:
     return map_epochs(num_data, None, map_steps) * batches_per_epoch(num_fit)
 
 
+def held_out_folds(num_rows: int, validation_fraction: float, folds: int, seed: int) -> tuple[torch.Tensor, list]:
+    """``(order [num_rows], held-out rows [n_k] of each fold)`` of the δ search: a permutation seeded by ``seed``, and
+    slices of it.
+
+    ``folds`` 1: the last ``num_rows − ⌊(1 − validation_fraction)·num_rows⌋`` rows of the permutation.
+    ``folds`` K ≥ 2: K-fold cross-validation — the first fold as for one with ``validation_fraction`` 1/K, the
+    rest of the permutation cut into K − 1 near-equal folds, so every row is held out once (and K = 5 starts
+    with the one-fold split of ``validation_fraction`` 0.2)."""
+    fraction = validation_fraction if folds == 1 else 1.0 / folds
+    num_fit = int((1 - fraction) * num_rows)
+    if not 1 <= num_fit < num_rows:
+        raise ValueError(f"validation_fraction {fraction:g} of {num_rows} training rows leaves "
+                         f"{num_fit} to fit and {num_rows - num_fit} to validate; both need at least one row")
+    if folds > 1 and num_fit < folds - 1:
+        raise ValueError(f"validation_folds {folds} needs at least {folds} training rows, got {num_rows}")
+    order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed))
+    rest = list(torch.tensor_split(order[:num_fit], folds - 1)) if folds > 1 else []
+    return order, [order[num_fit:]] + rest
+
+
 def validation_search(bnn, layout: WeightLayout, x, y, structure: str, path: str, p0: torch.Tensor, predictive: str,
                       seed: int, progress: bool, *, init: str, map_steps: int, map_lr: float,
-                      validation_fraction: float, grid: Optional[Sequence[float]] = None) -> dict:
+                      validation_fraction: float, folds: int = 1, grid: Optional[Sequence[float]] = None) -> dict:
     """δ of ``prior_precision="validation"`` (Kristiadi, Hein & Hennig 2020; laplace-torch's
-    ``optimize_prior_precision(method="gridsearch")``): a random ``validation_fraction`` of the rows (seeded by
-    ``seed``) is held out, the MAP and GGN are fitted on the rest (:func:`~inference.laplace.map_ggn.map_and_curvature`
-    with ``init``, ``map_lr`` and the epochs that ``map_steps`` give all the rows: :func:`held_out_steps`), and the δ
-    of ``grid`` (``None``: :data:`VALIDATION_GRID`) whose closed-form ``predictive`` has the lowest mean validation
-    NLL wins.  The network (its deterministic parameters, which the MAP trains) is given back as it was, so the
-    refit on all rows starts where this fit started.
+    ``optimize_prior_precision(method="gridsearch")``): rows are held out (:func:`held_out_folds`: a seeded random
+    ``validation_fraction`` of them, or each of ``folds`` folds in turn), the MAP and GGN are fitted on the rest
+    (:func:`~inference.laplace.map_ggn.map_and_curvature` with ``init``, ``map_lr`` and the epochs that ``map_steps``
+    give all the rows: :func:`held_out_steps`), and the δ of ``grid`` (``None``: :data:`VALIDATION_GRID`) whose
+    closed-form ``predictive`` has the lowest mean NLL over the held-out rows (of every fold together) wins.  Each
+    fold's MAP starts where this search started, and the network (its deterministic parameters, which the MAP
+    trains) is given back as it was, so the refit on all rows starts there too.
 
-    Returns the ``info`` entries ``prior_precision_scale`` (δ), ``num_validation``, ``validation_map_steps`` and
-    ``validation`` (``[{"prior_precision_scale": δ, "validation_nll": …}]``, one per grid point)."""
-    num_fit = int((1 - validation_fraction) * x.shape[0])
-    if not 1 <= num_fit < x.shape[0]:
-        raise ValueError(f"validation_fraction {validation_fraction} of {x.shape[0]} training rows leaves "
-                         f"{num_fit} to fit and {x.shape[0] - num_fit} to validate; both need at least one row")
-    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)).to(x.device)
-    fit_rows, held_out = order[:num_fit], order[num_fit:]
-    fit_steps = held_out_steps(map_steps, x.shape[0], num_fit)
+    Returns the ``info`` entries ``prior_precision_scale`` (δ), ``num_validation`` (held-out rows, all folds),
+    ``validation_folds``, ``validation_map_steps`` (one per fold) and ``validation``
+    (``[{"prior_precision_scale": δ, "validation_nll": …}]``, one per grid point)."""
+    grid = torch.tensor(grid or VALIDATION_GRID, dtype=torch.float64)
+    order, held_outs = held_out_folds(x.shape[0], validation_fraction, folds, seed)
     state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
+    total, steps = torch.zeros(len(grid), dtype=torch.float64), []
     try:
-        w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x[fit_rows], y[fit_rows], structure, path, p0,
-                                                           init, fit_steps, map_lr, progress, seed)
-        grid = torch.tensor(grid or VALIDATION_GRID, dtype=torch.float64)
-        unit = covariance_root(structure, basis, torch.ones_like(eigenvalues), w.dtype)
-        scores = closed_form_nll(bnn, w.detach(), unit, eigenvalues, grid, x[held_out], y[held_out], predictive)
+        for held in held_outs:
+            bnn.net.load_state_dict(state)
+            kept = order[~torch.isin(order, held)].to(x.device)  # in the permutation's order
+            held = held.to(x.device)
+            steps.append(held_out_steps(map_steps, x.shape[0], kept.numel()))
+            w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x[kept], y[kept], structure, path, p0,
+                                                               init, steps[-1], map_lr, progress, seed)
+            unit = covariance_root(structure, basis, torch.ones_like(eigenvalues), w.dtype)
+            total += held.numel() * closed_form_nll(bnn, w.detach(), unit, eigenvalues, grid, x[held], y[held],
+                                                    predictive).cpu()
     finally:
         bnn.net.load_state_dict(state)
+    num_validation = sum(held.numel() for held in held_outs)
+    scores = total / num_validation
     scores = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
-    return {"prior_precision_scale": float(grid[int(scores.argmin())]), "num_validation": int(held_out.numel()),
-            "validation_map_steps": fit_steps,
+    return {"prior_precision_scale": float(grid[int(scores.argmin())]), "num_validation": num_validation,
+            "validation_folds": folds, "validation_map_steps": steps,
             "validation": [{"prior_precision_scale": float(d), "validation_nll": float(v)}
                            for d, v in zip(grid, scores)]}
