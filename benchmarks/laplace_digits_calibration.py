@@ -44,9 +44,10 @@ import arviz as az
 import numpy as np
 import torch
 
+from inference.backends.laplace import LaplaceConfig
 from inference.evaluation.metrics import ece_from_probs
 from inference.laplace.curvature import WeightLayout, jacobian_chunks, jacobian_path
-from inference.laplace.evidence import VALIDATION_GRID, held_out_folds, held_out_steps, prior_moments
+from inference.laplace.evidence import held_out_folds, held_out_steps, prior_moments, validation_search
 from inference.laplace.laplace_posterior import _projected, bridge_log_alpha, probit_logits
 from inference.laplace.map_ggn import covariance_root, map_and_curvature
 from lab.run_model import build_model
@@ -75,17 +76,29 @@ def predictives(mean: torch.Tensor, cov: torch.Tensor, eps: torch.Tensor) -> dic
     }
 
 
-def sweep(seed: int) -> None:
+def digits_run(seed: int) -> tuple:
+    """``(spec, data, map_steps)`` of ``python -m zoo fit --data digits --model lenet300100 --stochastic all
+    --backend laplace --option hessian=kfac --seed S``: the split drawn from the seed, the ``map`` run's budget."""
     spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend="laplace", seed=seed,
                    backend_options={"hessian": "kfac"})
     data = load_dataset("digits", split=0, seed=seed)
-    options = resolve_backend_options(spec, data)
+    return spec, data, resolve_backend_options(spec, data)["map_steps"]
+
+
+def kfac_model(spec, data, x: torch.Tensor) -> tuple:
+    """``(bnn, layout, P₀ [P], Jacobian path)`` of a fresh model of the run (its seeded initial weights), for
+    :func:`~inference.laplace.map_ggn.map_and_curvature` on rows ``x``."""
     bnn = build_model(spec, data)
     layout = WeightLayout(bnn)
     _, p0, _ = prior_moments(bnn, layout)
-    path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), data.x_train)
+    return bnn, layout, p0, jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x)
+
+
+def sweep(seed: int) -> None:
+    spec, data, steps = digits_run(seed)
+    bnn, layout, p0, path = kfac_model(spec, data, data.x_train)
     w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, data.x_train, data.y_train, "kfac", path, p0, "map",
-                                                      options["map_steps"], 0.01, False, seed)
+                                                      steps, LaplaceConfig.map_lr, False, seed)
     unit = covariance_root("kfac", basis, torch.ones_like(eigenvalues), w.dtype)
     inv = (eigenvalues[:, None] + torch.tensor(DELTAS, dtype=eigenvalues.dtype)[None, :]).reciprocal().to(w.dtype)
     means, covs = [], []
@@ -97,7 +110,7 @@ def sweep(seed: int) -> None:
     mean, cov = torch.cat(means), torch.cat(covs, 1).detach().double()
     labels = data.y_test.long()
     eps = torch.randn(2000, *mean.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    print(f"digits seed {seed}, KFAC Laplace on {layout.dim} weights, MAP of {options['map_steps']} steps; "
+    print(f"digits seed {seed}, KFAC Laplace on {layout.dim} weights, MAP of {steps} steps; "
           f"test NLL / ECE per δ:")
     for g, delta in enumerate(DELTAS):
         rows = predictives(mean, cov[g], eps)
@@ -165,71 +178,55 @@ def layer_variances(bnn, layout: WeightLayout, w: torch.Tensor, eigenvalues: tor
     return torch.cat(logits), torch.cat(variances, 1)
 
 
-def kfac_fit(spec, data, rows: torch.Tensor, steps: int, seed: int, x_eval: torch.Tensor, deltas):
+def kfac_fit(spec, data, rows: torch.Tensor, steps: int, seed: int, x_eval: torch.Tensor, deltas=DELTAS):
     """:func:`layer_variances` at ``x_eval`` of the KFAC Laplace whose MAP is fitted on the training ``rows`` for
     ``steps`` (the backend's own :func:`~inference.laplace.map_ggn.map_and_curvature`)."""
     x, y = data.x_train[rows], data.y_train.long()[rows]
-    bnn = build_model(spec, data)
-    layout = WeightLayout(bnn)
-    _, p0, _ = prior_moments(bnn, layout)
-    path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x)
-    w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x, y, "kfac", path, p0, "map", steps, 0.01,
-                                                      False, seed)
+    bnn, layout, p0, path = kfac_model(spec, data, x)
+    w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x, y, "kfac", path, p0, "map", steps,
+                                                      LaplaceConfig.map_lr, False, seed)
     return layer_variances(bnn, layout, w, eigenvalues, basis, x_eval, deltas)
 
 
+def searched_delta(spec, data, steps: int, seed: int, num_folds: int) -> float:
+    """The δ of the backend's own validation search (:func:`~inference.laplace.evidence.validation_search`, KFAC,
+    probit) with ``num_folds`` folds."""
+    x, y = data.x_train, data.y_train.long()
+    bnn, layout, p0, path = kfac_model(spec, data, x)
+    search = validation_search(bnn, layout, x, y, "kfac", path, p0, "probit", seed, False, init="map",
+                               map_steps=steps, map_lr=LaplaceConfig.map_lr,
+                               validation_fraction=LaplaceConfig.validation_fraction, folds=num_folds)
+    return search["prior_precision_scale"]
+
+
 def folds(seed: int, num_folds: int) -> None:
-    spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend="laplace", seed=seed,
-                   backend_options={"hessian": "kfac"})
-    data = load_dataset("digits", split=0, seed=seed)
-    steps = resolve_backend_options(spec, data)["map_steps"]
+    spec, data, steps = digits_run(seed)
     n = data.x_train.shape[0]
-    order, held_outs = held_out_folds(n, 0.2, num_folds, seed)  # the backend's folds: the first is its one split
-    grid = torch.tensor(VALIDATION_GRID, dtype=torch.float64)
-    curves = []
-    for held in held_outs:
-        kept = order[~torch.isin(order, held)]
-        logits, variances = kfac_fit(spec, data, kept, held_out_steps(steps, n, kept.numel()), seed,
-                                     data.x_train[held], VALIDATION_GRID)
-        probs = torch.softmax(probit_logits(logits.unsqueeze(0), variances.sum(0).permute(2, 0, 1)), -1)  # [G, n, K]
-        labels = data.y_train.long()[held].view(1, -1, 1).expand(len(grid), -1, 1)
-        curves.append(-probs.gather(-1, labels).log().sum((1, 2)))  # summed NLL per δ [G]
-    one_split = int((curves[0] / held_outs[0].numel()).argmin())
-    pooled = int((torch.stack(curves).sum(0) / n).argmin())
-    logits, variances = kfac_fit(spec, data, torch.arange(n), steps, seed, data.x_test, VALIDATION_GRID)
+    deltas = {"one split": searched_delta(spec, data, steps, seed, 1),
+              f"{num_folds}-fold": searched_delta(spec, data, steps, seed, num_folds)}
+    logits, variances = kfac_fit(spec, data, torch.arange(n), steps, seed, data.x_test, list(deltas.values()))
     labels = data.y_test.long()
-    print(f"digits seed {seed}, KFAC Laplace, probit (one torch thread, as a run): δ by one held-out split of "
-          f"{held_outs[0].numel()} rows vs {num_folds}-fold cross-validation over all {n} training rows")
+    print(f"digits seed {seed}, KFAC Laplace, probit (one torch thread, as a run): δ by the backend's search with "
+          f"one held-out split vs {num_folds}-fold cross-validation over all {n} training rows")
     rows = {"MAP": nll_and_ece(torch.softmax(logits, -1), labels)}
-    for label, g in (("one split", one_split), (f"{num_folds}-fold", pooled)):
+    for g, (label, delta) in enumerate(deltas.items()):
         rows[label] = nll_and_ece(torch.softmax(probit_logits(logits, variances.sum(0)[:, :, g]), -1), labels)
-        print(f"{label:10} δ {float(grid[g]):9.4g}  test NLL {rows[label][0]:.4f} ECE {rows[label][1]:.4f}")
+        print(f"{label:10} δ {delta:9.4g}  test NLL {rows[label][0]:.4f} ECE {rows[label][1]:.4f}")
     print(f"MAP                   test NLL {rows['MAP'][0]:.4f} ECE {rows['MAP'][1]:.4f}")
-    kfold = rows[f"{num_folds}-fold"]
+    one, kfold = rows["one split"], rows[f"{num_folds}-fold"]
     print(f"folds_test seed {seed} map {rows['MAP'][0]:.4f} {rows['MAP'][1]:.4f} "
-          f"one_split {float(grid[one_split]):.4g} {rows['one split'][0]:.4f} {rows['one split'][1]:.4f} "
-          f"kfold {float(grid[pooled]):.4g} {kfold[0]:.4f} {kfold[1]:.4f}")
+          f"one_split {deltas['one split']:.4g} {one[0]:.4f} {one[1]:.4f} "
+          f"kfold {deltas[f'{num_folds}-fold']:.4g} {kfold[0]:.4f} {kfold[1]:.4f}")
 
 
 def layerwise(seed: int) -> None:
-    spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend="laplace", seed=seed,
-                   backend_options={"hessian": "kfac"})
-    data = load_dataset("digits", split=0, seed=seed)
-    steps = resolve_backend_options(spec, data)["map_steps"]
+    spec, data, steps = digits_run(seed)
     x, y = data.x_train, data.y_train.long()
     order, (held,) = held_out_folds(x.shape[0], 0.2, 1, seed)  # the backend's one split (validation_fraction 0.2)
     num_fit = x.shape[0] - held.numel()
     kept = order[:num_fit]
-    fits = {}
-    for name, rows, budget, x_eval in (("validation", kept, held_out_steps(steps, x.shape[0], num_fit), x[held]),
-                                       ("test", torch.arange(x.shape[0]), steps, data.x_test)):
-        bnn = build_model(spec, data)
-        layout = WeightLayout(bnn)
-        _, p0, _ = prior_moments(bnn, layout)
-        path = jacobian_path(layout, layout.flatten(bnn.initial_values()).detach(), x[rows])
-        w, _, _, eigenvalues, basis, _ = map_and_curvature(bnn, layout, x[rows], y[rows], "kfac", path, p0, "map",
-                                                          budget, 0.01, False, seed)
-        fits[name] = layer_variances(bnn, layout, w, eigenvalues, basis, x_eval)
+    fits = {"validation": kfac_fit(spec, data, kept, held_out_steps(steps, x.shape[0], num_fit), seed, x[held]),
+            "test": kfac_fit(spec, data, torch.arange(x.shape[0]), steps, seed, data.x_test)}
 
     def probit(logits, variances, index):
         return torch.softmax(probit_logits(logits, sum(v[:, :, g] for v, g in zip(variances, index))), -1)
@@ -247,12 +244,12 @@ def layerwise(seed: int) -> None:
     print(f"digits seed {seed}, KFAC Laplace, probit, δ by the validation NLL on {len(held)} held-out rows "
           f"(MAP of {steps} steps; held-out MAP of {held_out_steps(steps, x.shape[0], num_fit)}):")
     print(f"MAP                        test NLL {map_nll:.4f} ECE {map_ece:.4f}")
+    eces = {}
     for label, index in (("one δ", one), ("one δ per layer", per_layer)):
-        nll, ece = nll_and_ece(probit(logits, variances, index), labels)
+        nll, eces[label] = nll_and_ece(probit(logits, variances, index), labels)
         print(f"{label:16} {[f'{DELTAS[g]:.3g}' for g in index]}  validation NLL {scores[index]:.4f}  "
-              f"test NLL {nll:.4f} ECE {ece:.4f}")
-    print(f"layerwise_test_ece map {map_ece:.4f} one_delta {nll_and_ece(probit(logits, variances, one), labels)[1]:.4f} "
-          f"per_layer {nll_and_ece(probit(logits, variances, per_layer), labels)[1]:.4f}")
+              f"test NLL {nll:.4f} ECE {eces[label]:.4f}")
+    print(f"layerwise_test_ece map {map_ece:.4f} one_delta {eces['one δ']:.4f} per_layer {eces['one δ per layer']:.4f}")
 
 
 def main() -> None:

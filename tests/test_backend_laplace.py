@@ -293,10 +293,10 @@ def test_no_random_weights_is_a_clear_error(conjugate_regression):
         fit(bnn, c.x, c.y, backend="laplace", progress=False, map_steps=10)
 
 
-def _classifier_problem():
+def _classifier_problem(num_rows: int = 48):
     generator = torch.Generator().manual_seed(0)
-    y = torch.arange(3).repeat_interleave(16)
-    x = torch.tensor([[0.0, 1.5], [-1.3, -0.8], [1.3, -0.8]])[y] + 0.7 * torch.randn(48, 2, generator=generator)
+    y = torch.arange(3).repeat_interleave(-(-num_rows // 3))[:num_rows]
+    x = torch.tensor([[0.0, 1.5], [-1.3, -0.8], [1.3, -0.8]])[y] + 0.7 * torch.randn(num_rows, 2, generator=generator)
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(2, 6), nn.Tanh(), nn.Linear(6, 3))
     return BayesianNetwork(net, "all", NormalPrior(1.0), CategoricalLikelihood(), output_dim=3), x, y
@@ -402,13 +402,8 @@ def test_default_classification_prior_precision_is_searched_on_validation_rows_t
 
 def test_the_held_out_map_trains_for_the_epochs_of_the_refit_not_its_steps():
     # 200 rows: the refit's 40 steps are 10 epochs of 4 minibatches of 64; the 160 kept rows make 3 a pass,
-    # so the held-out MAP gets 30 steps (10 epochs), not 40 (14 epochs: a more confident MAP)
-    generator = torch.Generator().manual_seed(0)
-    y = torch.arange(3).repeat_interleave(67)[:200]
-    x = torch.tensor([[0.0, 1.5], [-1.3, -0.8], [1.3, -0.8]])[y] + 0.7 * torch.randn(200, 2, generator=generator)
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(2, 6), nn.Tanh(), nn.Linear(6, 3))
-    bnn = BayesianNetwork(net, "all", NormalPrior(1.0), CategoricalLikelihood(), output_dim=3)
+    # so the held-out MAP gets 30 steps (10 epochs), not 40 (14 epochs)
+    bnn, x, y = _classifier_problem(200)
     fresh = copy.deepcopy(bnn)
     grid = [0.1, 3.0, 100.0]
     post = fit(bnn, x, y, backend="laplace", seed=0, progress=False, map_steps=40, num_samples=2,

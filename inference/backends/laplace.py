@@ -181,7 +181,8 @@ class LaplaceConfig:
 
 def map_budget(num_data: int) -> int:
     """The ``map`` backend's default number of Adam steps on ``num_data`` rows: its default epochs
-    (:class:`~inference.optim.training.OptimiserOptions`) of minibatches of :data:`~inference.optim.start.MAP_BATCH_SIZE`."""
+    (:class:`~inference.optim.training.OptimiserOptions`) of minibatches of
+    :data:`~inference.optim.start.MAP_BATCH_SIZE`."""
     return MAPOptions().epochs * batches_per_epoch(num_data)
 
 
