@@ -76,7 +76,8 @@ def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
     predict_seconds = time.perf_counter() - started
     if not bool(torch.isfinite(prediction.f).all()):
         raise RunFailed(f"{backend}: the test-set predictions are non-finite; the posterior is unusable")
-    metrics = evaluate(prediction, y_test)
+    period = data.target_period if regression else None
+    metrics = evaluate(prediction, y_test, period=period)
     if isinstance(posterior, SamplePosterior) and posterior.num_chains > 1:  # a mixture of members (chains)
         metrics["members"] = member_metrics(posterior, data.x_test, y_test, prediction, seed=seed)
         metrics["member_disagreement"] = metrics["members"]["disagreement"]  # a scalar for results tables
@@ -89,5 +90,5 @@ def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
     train_log_lik = torch.as_tensor(train_idata.log_likelihood["obs"].values)  # [chain, draw, n]
     train_fit = training_fit(data.task, train_log_lik.reshape(-1, train_log_lik.shape[-1]), y_train[index],
                              y_train)
-    metrics.update(fit_check(prediction, y_test, y_train, metrics, train=train_fit))
+    metrics.update(fit_check(prediction, y_test, y_train, metrics, train=train_fit, period=period))
     return Evaluation(prediction, metrics, idata, train_idata, predict_seconds)

@@ -288,3 +288,22 @@ def test_kernel_pickles_for_spawned_chain_workers():
     kernel = pickle.loads(pickle.dumps(SGHMC(poisson_gamma_model, step_size=0.04, friction=0.2)))
     assert kernel.step_size == 0.04 and kernel.friction == 0.2
     assert math.isnan(pickle.loads(pickle.dumps(PSGLD(poisson_gamma_model))).step_size)  # chosen by each worker's setup
+
+
+def test_a_step_above_the_stability_limit_backs_off_in_the_warm_up(conjugate_regression):
+    """SGLD at 30× its stability limit 4/λ overflows within the warm-up; the kernel restarts from its start
+    with a quarter of the step until it is stable (the fit backends' back-off) and samples; with no
+    warm-up left to restart in, the overflow raises."""
+    data = conjugate_regression
+    limit = 4 / _largest_precision_eigenvalue(data)
+    pyro.set_rng_seed(0)
+    with pytest.warns(RuntimeWarning, match="restarting from the start with step size") as caught:
+        mcmc = run(SGLD(regression_model, step_size=30 * limit), data, num_samples=200, warmup_steps=200)
+    draws = regression_draws(mcmc)
+    assert bool(torch.isfinite(draws).all())
+    backoffs = [w for w in caught if "restarting from the start" in str(w.message)]
+    final = float(str(backoffs[-1].message).split("with step size ")[-1].split(" ")[0])
+    assert 1 <= len(backoffs) <= 3 and final == pytest.approx(30 * limit / 4 ** len(backoffs), rel=1e-2)
+    assert final < limit
+    with pytest.raises(RuntimeError, match="non-finite at step .* after 0 back-off"):
+        run(SGLD(regression_model, step_size=30 * limit), data, num_samples=200, warmup_steps=0)

@@ -22,8 +22,11 @@ on Hessian-vector products, and the rule of each sampler for the minibatch ratio
 * ``csgmcmc``: ``num_cycles`` cosine cycles of ``cycle_length`` steps; ``num_samples /
   num_cycles`` draws ``thin`` steps apart from the end of each cycle's sampling phase.
 
-A draw is the chains' state after a step.  Non-finite log densities or gradients stop the
-run with :class:`~inference.backends.base.NonFiniteLossError` carrying the draws so far.
+A draw is the chains' state after a step.  Chains that diverge (non-finite log density or
+gradient) before the first kept draw restart from their starts with the step size divided by 4,
+at most ``max_backoffs`` times (``info["step_size_backoffs"]``; docs/mcmc.md, "SG-MCMC step
+sizes"); later, non-finite values stop the run with
+:class:`~inference.backends.base.NonFiniteLossError` carrying the draws so far.
 """
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ from typing import Callable, Optional
 import pyro
 import torch
 
-from inference.mcmc.chains import jittered_starts
 from inference.mcmc.driver import thinned
-from inference.sgmcmc.runner import curvature_step_size, cycle_draw_index, gradient_estimator, sample_sgmcmc
+from inference.sgmcmc.runner import (
+    curvature_operator, curvature_step_size, cycle_draw_index, gradient_estimator, sample_sgmcmc,
+)  # fmt: skip
+from inference.sgmcmc.stability import MAX_BACKOFFS, collapse_check, start_jitter
 from inference.sgmcmc.step_sizes import (
     PSGLD_WARM_START, cyclical_step_size, preconditioned, rms_preconditioner, sghmc_step_size, sgld_step_size,
 )  # fmt: skip
@@ -83,7 +88,12 @@ class SGMCMCConfig:
             hardly moves the flat ones (energy's noise precision would relax over ~10⁵ steps), so
             the start sets the noise level: after 1000 steps it was still 95 (prior median 69),
             after 3000 the overfitted ~1 500 (docs/mcmc.md, "SG-MCMC step sizes").
-        init_jitter: sd of the Gaussian jitter added to each chain's start.
+        init_jitter: sd of the Gaussian jitter added to each chain's start, at most 2/√ρ with ρ the
+            spectral radius of the Hessian of −log π̃ at the start (:func:`inference.sgmcmc.runner.start_jitter`;
+            ``info["start_jitter"]`` is the sd used).
+        max_backoffs: restarts allowed, each with the step size divided by 4, when the chains diverge
+            (non-finite log density or gradient) before the first kept draw
+            (:func:`inference.sgmcmc.runner.backed_off_runs`); 0 stops such a run with the error.
     """
 
     num_chains: int = 4
@@ -95,12 +105,13 @@ class SGMCMCConfig:
     map_steps: int = 2000
     map_lr: float = 0.01
     init_jitter: float = 0.01
+    max_backoffs: int = MAX_BACKOFFS
 
     def validate(self):
         for name in ("num_chains", "num_samples", "thin"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "map_steps", "step_offset"):
+        for name in ("warmup_steps", "map_steps", "step_offset", "max_backoffs"):
             if int(getattr(self, name, 0)) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         for name in ("step_size", "map_lr"):
@@ -273,14 +284,19 @@ class SGMCMCBackend(Backend):
         loader = x if isinstance(x, LoaderBatches) else None
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
                                         data=loader, fitted=fitted)
-        z = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
+        jitter = torch.randn(config.num_chains, z0.shape[-1], generator=generator)  # unit draws, scaled below
         estimate = gradient_estimator(potential, loader, config.batch_size, generator)
-        step_record = {}
+        rule = None
         if config.step_size is None:
             rule = partial(self.default_step_size, config, z=z0, estimate=estimate, num_data=potential.num_data)
-            with frozen_deterministic(bnn):
-                step, step_record = curvature_step_size(potential, z0, rule, loader, config.batch_size, generator)
+        with frozen_deterministic(bnn):
+            start = curvature_operator(potential, z0, loader, config.batch_size, generator)
+            step, curvature_record = curvature_step_size(start, z0, rule, generator)
+            check = collapse_check(potential, z0, start.x, start.y, start.batch_ratio)
+        if step is not None:
             config = replace(config, step_size=step)
+        jitter_sd = start_jitter(config.init_jitter, curvature_record["hessian_radius"])
+        z = z0 + (jitter_sd * jitter).to(z0)
         info = {
             "backend": self.name,
             "config": asdict(config),
@@ -291,13 +307,15 @@ class SGMCMCBackend(Backend):
             **init_record,
             **loader_info(x),
         }
-        if step_record:
-            info["step_size_rule"] = step_record
+        info["start_jitter"] = jitter_sd
+        info["step_size_rule" if rule is not None else "start_curvature"] = curvature_record
         return sample_sgmcmc(
-            bnn, potential, self.kernel(estimate, config, potential.num_data), z, generator, info, started,
-            num_iterations=self.num_iterations(config), num_draws=config.num_samples,
-            draw_index=self.draw_index(config), num_warmup=getattr(config, "warmup_steps", 0), progress=progress,
-            desc=f"{self.name} ({config.num_chains} chains)",
+            bnn, potential, lambda step: self.kernel(estimate, replace(config, step_size=step), potential.num_data),
+            config.step_size, z, generator, info, started, num_iterations=self.num_iterations(config),
+            num_draws=config.num_samples, draw_index=self.draw_index(config),
+            num_warmup=getattr(config, "warmup_steps", 0), progress=progress,
+            desc=f"{self.name} ({config.num_chains} chains)", max_backoffs=config.max_backoffs,
+            collapse=check.fresh,
         )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 export and diagnostics, per-member metrics of ensembles and chains, summary tables.
 
 * :mod:`.metrics` — RMSE, test log-likelihood, coverage, calibration (regression and classification);
+* :mod:`.circular` — the wrapped predictive density of outputs that are angles (scoring on the circle);
 * :mod:`.sanity` — the comparison with the trivial predictor that flags a failed fit;
 * :mod:`.arviz_export` — ``InferenceData`` with posterior, log-likelihood, predictive and sample stats;
 * :mod:`.diagnostics` — R-hat, ESS and the warnings that go with them;

@@ -19,6 +19,7 @@ import torch
 from zoo.checks import as_tensor
 from zoo.data import check_finite_array
 
+from inference.evaluation.circular import circular_log_predictive_density, circular_rmse
 from inference.prediction import Prediction
 
 __all__ = [
@@ -134,11 +135,22 @@ def classification_metrics(pred, y: torch.Tensor) -> dict:
     }
 
 
-def evaluate(pred, y: torch.Tensor) -> dict:
+def evaluate(pred, y: torch.Tensor, period=None) -> dict:
     """The task's metrics for a prediction made with targets ``y`` (a tensor or numpy array: regression
-    ``[N, T]`` in original units, or class labels ``[N]``), checked first (:func:`check_evaluation_targets`)."""
+    ``[N, T]`` in original units, or class labels ``[N]``), checked first (:func:`check_evaluation_targets`).
+
+    ``period`` (regression): per output its period when it is an angle (``None`` for a real-valued
+    output), e.g. a dataset's ``target_period``; adds ``rmse_circular`` and ``test_ll_circular``, the RMSE
+    and test log-likelihood with those outputs scored on the circle (:mod:`inference.evaluation.circular`).
+    """
     y = check_evaluation_targets(pred, y)
-    return regression_metrics(pred, y) if pred.task == "regression" else classification_metrics(pred, y)
+    if pred.task != "regression":
+        return classification_metrics(pred, y)
+    out = regression_metrics(pred, y)
+    if period is not None and any(p is not None for p in period):
+        out["rmse_circular"] = circular_rmse(pred.mean, y, period)
+        out["test_ll_circular"] = float(circular_log_predictive_density(pred, y, period).mean())
+    return out
 
 
 def check_evaluation_targets(pred, y) -> torch.Tensor:

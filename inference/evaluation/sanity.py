@@ -10,7 +10,8 @@ again) with the **trivial predictor** of its task on the same test points:
   of the most frequent training class; log-likelihood: mean log p_{y_n}).
 
 A run is flagged ``failed_fit`` when it is worse than the trivial predictor in RMSE or test
-log-likelihood (classification: accuracy or NLL), or when some test point's predictive scale
+log-likelihood (classification: accuracy or NLL; outputs that are angles: the log-likelihood on the
+circle, :mod:`inference.evaluation.circular`), or when some test point's predictive scale
 exceeds ``scale_limit`` times the training targets' range (a variance head extrapolating
 exponentially).  The predictive scale of a point is ``sqrt(Var_s[loc_s] + mean_s scale_s²)`` of
 its predictive mixture (the sd for Gaussian draws; finite for a Student-t with ν ≤ 2, whose sd
@@ -24,6 +25,8 @@ import math
 from typing import Optional
 
 import torch
+
+from inference.evaluation.circular import circular_trivial_metrics
 
 __all__ = ["trivial_predictor_metrics", "training_fit", "fit_check", "SCALE_LIMIT"]
 
@@ -102,7 +105,7 @@ def _fmt(value: float) -> str:
 
 
 def fit_check(pred, y: torch.Tensor, y_train: torch.Tensor, metrics: dict, train: Optional[dict] = None,
-              scale_limit: float = SCALE_LIMIT) -> dict:
+              scale_limit: float = SCALE_LIMIT, period=None) -> dict:
     """Compare a prediction with the trivial predictor; returns the entries ``metrics.json`` gains.
 
     Args:
@@ -114,6 +117,12 @@ def fit_check(pred, y: torch.Tensor, y_train: torch.Tensor, metrics: dict, train
         train: the fit's and the trivial predictor's log-likelihood on training points
             (:func:`training_fit`), when the run has them.
         scale_limit: flag a predictive scale above this many training-target ranges.
+        period: regression outputs' periods (``None`` for a real-valued output; a dataset's
+            ``target_period``): with a periodic output the test log-likelihoods are compared on the
+            circle — ``metrics["rmse_circular"]`` and ``metrics["test_ll_circular"]`` against the
+            trivial predictor scored there (``trivial_rmse_circular``, ``trivial_test_ll_circular``,
+            ``test_ll_circular_gain``; ``rmse_ratio`` is then the circular one) — as an angle
+            predicted at −1° for 359° is right, not 360° off.
     Returns:
         ``trivial_*`` metrics, the ratios (``rmse_ratio`` = rmse / trivial_rmse, or
         ``accuracy_ratio`` and ``nll_ratio``), ``test_ll_gain`` (test_ll − trivial_test_ll, nats per
@@ -127,11 +136,20 @@ def fit_check(pred, y: torch.Tensor, y_train: torch.Tensor, metrics: dict, train
     out = {f"trivial_{k}": v for k, v in trivial.items()}
     out["test_ll_gain"] = metrics["test_ll"] - trivial["test_ll"]
     reasons = []
+    reference, key, on = trivial, "", ""
+    if task == "regression" and period is not None and any(p is not None for p in period):
+        # angles: judged on the circle, against the trivial predictor scored there
+        circular = circular_trivial_metrics(y_train, y, period)
+        out.update({f"trivial_{k}": v for k, v in circular.items()})
+        out["test_ll_circular_gain"] = metrics["test_ll_circular"] - circular["test_ll_circular"]
+        reference, key, on = circular, "_circular", " on the circle"
+    rmse_value, trivial_rmse = metrics.get(f"rmse{key}"), reference.get(f"rmse{key}")
+    ll, trivial_ll = metrics[f"test_ll{key}"], reference[f"test_ll{key}"]
     if task == "regression":
-        out["rmse_ratio"] = metrics["rmse"] / trivial["rmse"] if trivial["rmse"] > 0 else math.inf
+        out["rmse_ratio"] = rmse_value / trivial_rmse if trivial_rmse > 0 else math.inf
         if not out["rmse_ratio"] <= 1:
-            reasons.append(f"test RMSE {_fmt(metrics['rmse'])} is {_fmt(out['rmse_ratio'])}x the trivial predictor's "
-                           f"{_fmt(trivial['rmse'])} (training mean)")
+            reasons.append(f"test RMSE{on} {_fmt(rmse_value)} is {_fmt(out['rmse_ratio'])}x the trivial predictor's "
+                           f"{_fmt(trivial_rmse)} (training mean)")
         y_train_2d = y_train.reshape(y_train.shape[0], -1)
         spread = (y_train_2d.max(0).values - y_train_2d.min(0).values).double()
         scale = _predictive_scale(pred).double()
@@ -145,9 +163,8 @@ def fit_check(pred, y: torch.Tensor, y_train: torch.Tensor, metrics: dict, train
         if not out["accuracy_ratio"] >= 1:
             reasons.append(f"test accuracy {_fmt(metrics['accuracy'])} is below the trivial predictor's "
                            f"{_fmt(trivial['accuracy'])} (most frequent training class)")
-    if not out["test_ll_gain"] >= 0:
-        reasons.append(f"test LL {_fmt(metrics['test_ll'])} is below the trivial predictor's "
-                       f"{_fmt(trivial['test_ll'])}")
+    if not ll - trivial_ll >= 0:
+        reasons.append(f"test LL{on} {_fmt(ll)} is below the trivial predictor's {_fmt(trivial_ll)}")
     if train:
         out.update(train)
         if reasons:

@@ -32,7 +32,8 @@ class ChainRun(NamedTuple):
         params: the final adaptation state (or the ``params`` given).
         warmup_divergences: transitions with ``info["diverging"]`` set during warm-up.
         warmup_seconds / sampling_seconds: wall time of the two phases.
-        stopped_at: the iteration whose new state was non-finite (``stop_on_non_finite``), else ``None``.
+        stopped_at: the iteration whose new state was non-finite (``stop_on_non_finite``) or made ``stop_when``
+            true, else ``None``.
     """
 
     z: torch.Tensor
@@ -72,6 +73,7 @@ def run_chains(
     adaptation: Optional[Adaptation] = None,
     num_warmup: int = 0,
     stop_on_non_finite: bool = False,
+    stop_when: Optional[Callable[[int, Any], bool]] = None,
     progress: bool = True,
     desc: str = "",
 ) -> ChainRun:
@@ -79,7 +81,8 @@ def run_chains(
 
     Iterations ``it < num_warmup`` update ``params`` with ``adaptation.update(params, state, info)``
     and end with ``adaptation.final(params)``; their draws are never kept.  ``draw_index(it)``
-    names the draw slot of a later iteration's new state (or ``None``).
+    names the draw slot of a later iteration's new state (or ``None``).  ``stop_when(it, state)``, when
+    given, is asked after each iteration's (finite) new state; ``True`` stops the run there.
     """
     num_chains, dim = state.z.shape
     keep = state.z.new_empty(num_chains, num_draws, dim)
@@ -95,6 +98,9 @@ def run_chains(
             stopped_at = it
             break
         state = new
+        if stop_when is not None and stop_when(it, state):
+            stopped_at = it
+            break
         if "diverging" in info:
             count = int(info["diverging"].sum())
             warmup_divergences += count if it < num_warmup else 0

@@ -6,7 +6,9 @@ Guestrin 2014) and cyclical SG-MCMC (Zhang et al. 2020), over a batch of ``C`` c
 * :mod:`.runner` — minibatch gradient estimates, the curvature-based default step at the start
   point, the kept steps of cyclical SG-MCMC, and the run of a kernel's chains (on
   :func:`inference.mcmc.driver.run_chains`) into a posterior;
-* :mod:`.pyro_kernels` — the same samplers as Pyro ``MCMCKernel`` s for ``pyro.infer.MCMC``.
+* :mod:`.pyro_kernels` — the same samplers as Pyro ``MCMCKernel`` s for ``pyro.infer.MCMC`` (:mod:`.pyro_potential`: the
+  model's log density they sample);
+* :mod:`.stability` — the chains' start jitter, the collapse check and the step back-off;
 
 The backend :mod:`inference.backends.sgmcmc` assembles these parts.
 """

@@ -34,11 +34,14 @@ not used: it rejects subsampled plates.)
 Randomness (initial point, minibatches, injected noise) comes from torch's global generator,
 so ``pyro.set_rng_seed`` seeds a run, and the chains of ``MCMC(num_chains=C)`` — which Pyro
 runs in worker processes seeded ``seed + chain`` or one after another — differ.  A NaN/inf
-log density or gradient raises ``RuntimeError`` (the step size is too large for the model).
+log density or gradient during the warm-up restarts the chain with a quarter of the step (at most
+8 times, as the ``fit`` backends back off); later it raises ``RuntimeError`` (the step size is too
+large for the model).
 """
 from __future__ import annotations
 
 import math
+import warnings
 from abc import abstractmethod
 from collections import OrderedDict
 from functools import partial
@@ -50,12 +53,12 @@ from pyro.infer.autoguide.initialization import (
     InitMessenger, init_to_feasible, init_to_mean, init_to_median, init_to_sample, init_to_uniform,
 )  # fmt: skip
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
-from pyro.poutine.subsample_messenger import _Subsample
-from torch.distributions import biject_to
 
+from inference.sgmcmc.pyro_potential import ModelPotential
+from inference.sgmcmc.stability import BACKOFF_FACTOR, MAX_BACKOFFS
 from inference.sgmcmc.updates import Kernel, StepSize, as_schedule, psgld, sghmc, sgld
 from inference.sgmcmc.step_sizes import (
-    CURVATURE_ROWS, PSGLD_WARM_START, hessian_operator, preconditioned, rms_preconditioner, sghmc_step_size,
+    PSGLD_WARM_START, hessian_operator, preconditioned, rms_preconditioner, sghmc_step_size,
     sgld_step_size, spectral_radius,
 )  # fmt: skip
 
@@ -67,7 +70,6 @@ PYRO_INIT_STRATEGIES = {
     "feasible": init_to_feasible, "sample": init_to_sample,
 }  # fmt: skip
 _MAX_INIT_TRIES = 100  # as pyro.infer.mcmc.util._find_valid_initial_params
-_MAX_CURVATURE_BATCHES = 16  # fixed minibatches whose mean Hessian gives the default step's curvature
 
 
 def _positive(name: str, value, upper: Optional[float] = None, closed: bool = False) -> float:
@@ -87,13 +89,9 @@ def _constant(value: float, t: int) -> float:
     return value
 
 
-def _is_data_site(site) -> bool:
-    """An observed sample site other than a ``pyro.deterministic`` record."""
-    return site["type"] == "sample" and site["is_observed"] and not site["infer"].get("_deterministic")
-
-
-def _is_latent_site(site) -> bool:
-    return site["type"] == "sample" and not site["is_observed"] and not isinstance(site["fn"], _Subsample)
+def _scaled(schedule: Callable[[int], float], factor: float, t: int) -> float:
+    """``factor · schedule(t)`` (a module-level function: kernels are pickled for worker processes)."""
+    return factor * schedule(t)
 
 
 def _finite(state) -> bool:
@@ -101,8 +99,9 @@ def _finite(state) -> bool:
     return bool(torch.isfinite(state.log_density.sum() + state.grad.sum()))
 
 
-class _StochasticGradientKernel(MCMCKernel):
-    """The Pyro side shared by the three kernels; subclasses give ``_build(value_and_grad)``."""
+class _StochasticGradientKernel(MCMCKernel, ModelPotential):
+    """The Pyro side shared by the three kernels; subclasses give ``_build(value_and_grad)``; the model's
+    log density on the unconstrained space comes from :class:`~inference.sgmcmc.pyro_potential.ModelPotential`."""
 
     def __init__(self, model: Callable, step_size: Optional[StepSize] = None, init_strategy: Union[str, Callable] = "uniform"):
         if not callable(model):
@@ -115,6 +114,7 @@ class _StochasticGradientKernel(MCMCKernel):
             as_schedule(step_size)  # ValueError naming step_size for a bad constant
         # a module-level partial, not as_schedule's lambda: Pyro pickles kernels for "spawn" workers
         self._schedule = step_size if callable(step_size) else partial(_constant, float(step_size))
+        self._given_schedule = self._schedule  # a back-off scales _schedule; each chain's setup starts from this
         if not self._default_step:
             _positive("step_size", self._schedule(0))  # a schedule must start positive too
         if isinstance(init_strategy, str):
@@ -137,6 +137,8 @@ class _StochasticGradientKernel(MCMCKernel):
     def _reset(self) -> None:
         self._state = None
         self._kernel: Optional[Kernel] = None
+        self._start_z: Optional[torch.Tensor] = None
+        self._backoffs = self._steps_taken = 0
 
     # ------------------------------------------------------------------ Pyro kernel API
     @property
@@ -163,6 +165,7 @@ class _StochasticGradientKernel(MCMCKernel):
         settled RMSprop average); nothing else is adapted, and :class:`pyro.infer.MCMC` drops the
         warm-up draws itself."""
         self._args, self._kwargs = args, kwargs
+        self._schedule = self._given_schedule
         trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
         self._read_structure(trace)
         self._kernel = self._build(self._value_and_grad)
@@ -178,7 +181,7 @@ class _StochasticGradientKernel(MCMCKernel):
                 trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
             else:
                 raise ValueError(f"no finite log density at {_MAX_INIT_TRIES} initial points from init_strategy")
-        self._warmup_steps = warmup_steps
+        self._warmup_steps = self._warmup_total = warmup_steps
         if self._default_step:
             self._choose_step_size()
 
@@ -191,16 +194,44 @@ class _StochasticGradientKernel(MCMCKernel):
 
     def sample(self, params: dict) -> dict:
         """One step; ``params`` (the previous call's result) is not read: the kernel keeps its own
-        state, which also holds what ``params`` lacks (gradient, momentum, preconditioner)."""
+        state, which also holds what ``params`` lacks (gradient, momentum, preconditioner).
+
+        A non-finite log density or gradient during the warm-up restarts the chain from its start
+        with the step size (schedule) divided by :data:`~inference.sgmcmc.stability.BACKOFF_FACTOR`,
+        at most :data:`~inference.sgmcmc.stability.MAX_BACKOFFS` times, with a ``RuntimeWarning``
+        (the back-off of the ``fit`` backends, :mod:`inference.sgmcmc.stability`; Pyro drops the
+        warm-up draws); after the warm-up, or past the last back-off, it raises ``RuntimeError``."""
         if self._default_step and self._state.step == self._warmup_steps > 0:
             self._choose_step_size()
-        self._state = self._kernel.update(self._state, torch.default_generator)
-        if not _finite(self._state):
-            raise RuntimeError(
-                f"{type(self).__name__}: the log density or its gradient became non-finite at step "
-                f"{self._state.step} (step size {self._last_step_size():.3g}); use a smaller step_size"
-            )
-        return self._unpack(self._state.z[0])
+        new = self._kernel.update(self._state, torch.default_generator)
+        if _finite(new):
+            self._state = new
+            self._steps_taken += 1
+            return self._unpack(self._state.z[0])
+        if self._steps_taken < self._warmup_total and self._backoffs < MAX_BACKOFFS:
+            self._back_off(new.step)
+            return self._unpack(self._state.z[0])
+        self._state = new
+        raise RuntimeError(
+            f"{type(self).__name__}: the log density or its gradient became non-finite at step "
+            f"{new.step} (step size {self._last_step_size():.3g}, after {self._backoffs} back-off(s)); use a "
+            f"smaller step_size"
+        )
+
+    def _back_off(self, step: int) -> None:
+        """Restart from the start with the schedule divided by BACKOFF_FACTOR (``sample``'s docstring)."""
+        given = self._last_step_size()
+        self._backoffs += 1
+        self._schedule = partial(_scaled, self._schedule, 1.0 / BACKOFF_FACTOR)
+        self._kernel = self._build(self._value_and_grad)
+        self._steps_taken += 1
+        # the step is re-chosen (default step) when the restarted chain has taken the warm-up that is left
+        self._warmup_steps = max(self._warmup_total - self._steps_taken, 0)
+        self._state = self._kernel.init(self._start_z)
+        warnings.warn(f"{type(self).__name__}: the log density became non-finite at step {step} of the warm-up "
+                      f"with step size {given:.3g}; restarting from the start with step size "
+                      f"{self._last_step_size():.3g} (back-off {self._backoffs} of at most {MAX_BACKOFFS})",
+                      RuntimeWarning, stacklevel=3)
 
     def logging(self) -> OrderedDict:
         lp = float(self._state.log_density[0]) if self._state is not None else math.nan
@@ -216,91 +247,14 @@ class _StochasticGradientKernel(MCMCKernel):
         self._reset()
         self._initial_params = None  # as HMC: the next chain finds its own start
 
-    # ------------------------------------------------------------------ the log density
-    def _read_structure(self, trace) -> None:
-        """Latent site names, transforms and unconstrained shapes; the number of data N."""
-        transforms, shapes = {}, {}
-        for name, site in trace.nodes.items():
-            if not _is_latent_site(site):
-                continue
-            if site["fn"].has_enumerate_support:
-                raise ValueError(f"SG-MCMC samples continuous latents only, not the discrete sample site {name!r}")
-            transforms[name] = biject_to(site["fn"].support).inv
-            shapes[name] = transforms[name](site["value"].detach()).shape
-        if not transforms:
-            raise ValueError("the model has no latent sample sites to sample")
-        self.transforms, self._shapes = transforms, shapes
-        self._names = sorted(transforms)
-        self._num_observed = sum(
-            site["value"].numel() * float(site["scale"]) for site in trace.nodes.values() if _is_data_site(site)
-        )
-        self._batch_ratio = max([1.0] + [float(site["scale"]) for site in trace.nodes.values() if _is_data_site(site)])
-        self._plates = [site["fn"] for site in trace.nodes.values()
-                        if site["type"] == "sample" and isinstance(site["fn"], _Subsample)]  # fmt: skip
-
-    def _fixed_batch_potential(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """U(z) for ``z`` ``[D]`` with the likelihood on fixed minibatches: the mean of :meth:`potential_fn`
-        over up to ``_MAX_CURVATURE_BATCHES`` subsamples (together ≈ :data:`CURVATURE_ROWS` rows)
-        drawn once and replayed; the plain potential when no plate subsamples."""
-        plates = self._plates
-        if not plates:
-            return lambda z: self.potential_fn(self._unpack(z))
-        size, batch = plates[0].size, plates[0].subsample_size or plates[0].size
-        models = []
-        for _ in range(min(_MAX_CURVATURE_BATCHES, math.ceil(min(size, CURVATURE_ROWS) / batch))):
-            drawn = poutine.trace(self.model).get_trace(*self._args, **self._kwargs)
-            keep = poutine.Trace()
-            for name, site in drawn.nodes.items():
-                if site["type"] == "sample" and isinstance(site["fn"], _Subsample):
-                    keep.add_node(name, **site)
-            models.append(poutine.replay(self.model, trace=keep))
-        return lambda z: sum(self.potential_fn(self._unpack(z), model) for model in models) / len(models)
-
     def _radius(self, operator, z: torch.Tensor) -> float:
         return spectral_radius(operator, torch.randn_like(z[0]))
-
-    def _check_names(self, params: dict) -> None:
-        unknown, missing = set(params) - set(self._names), set(self._names) - set(params)
-        if unknown or missing:
-            raise ValueError(f"initial_params: unknown sites {sorted(unknown)}, missing sites {sorted(missing)}")
-        for n in self._names:
-            if params[n].shape != self._shapes[n]:
-                shape, expected = tuple(params[n].shape), tuple(self._shapes[n])
-                raise ValueError(f"initial_params[{n!r}] has shape {shape}, expected {expected}")
-
-    def _pack(self, params: dict) -> torch.Tensor:
-        """``[1, D]`` from unconstrained values by site."""
-        return torch.cat([params[n].detach().reshape(-1) for n in self._names]).unsqueeze(0)
-
-    def _unpack(self, z: torch.Tensor) -> dict:
-        """Unconstrained values by site from ``z`` ``[D]``."""
-        sizes = [self._shapes[n].numel() for n in self._names]
-        return {n: v.reshape(self._shapes[n]) for n, v in zip(self._names, z.split(sizes))}
-
-    def potential_fn(self, params: dict, model: Optional[Callable] = None) -> torch.Tensor:
-        """U = −log π̃ (a scalar) at unconstrained values by site, on one trace of the model (or of
-        ``model``, e.g. the model replaying fixed subsamples): one stochastic estimate, with a
-        fresh minibatch where the model subsamples a plate."""
-        values = {n: self.transforms[n].inv(u) for n, u in params.items()}
-        trace = poutine.trace(poutine.condition(model or self.model, values)).get_trace(*self._args, **self._kwargs)
-        log_density = trace.log_prob_sum()
-        for n, u in params.items():
-            log_density = log_density - self.transforms[n].log_abs_det_jacobian(values[n], u).sum()
-        return -log_density
-
-    def _value_and_grad(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """log π̃(z) ``[1]`` and its gradient ``[1, D]`` from one :meth:`potential_fn` call."""
-        with torch.enable_grad():
-            z = z.detach().requires_grad_(True)
-            potential = self.potential_fn(self._unpack(z[0]))
-            (grad,) = torch.autograd.grad(potential, z)
-        return -potential.detach().reshape(1), -grad
 
     def _start(self, z: torch.Tensor, what: Optional[str]) -> bool:
         """Set the state at ``z``; ``False`` (or ``ValueError`` naming ``what``) when not finite."""
         state = self._kernel.init(z)
         if _finite(state):
-            self._state = state
+            self._state, self._start_z = state, z
             return True
         if what is not None:
             raise ValueError(f"the log density or its gradient is not finite at {what}")

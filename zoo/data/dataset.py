@@ -45,6 +45,10 @@ class Dataset:
         feature_names: names of the D (or F) input features.
         target_names: regression: names of the O outputs; classification: class names.
         info: provenance and extras (source, seed, units, recommended n_hidden / n_epochs, ...).
+        target_period: regression: per output, its period in original units when it is an angle on a
+            circle (e.g. ``360.0`` for an angle in degrees), else ``None``; ``None`` for all outputs
+            when the whole field is ``None``.  Evaluations score periodic outputs on the circle too
+            (``test_ll_circular``, :func:`inference.evaluation.circular.circular_log_predictive_density`).
     """
 
     name: str
@@ -62,6 +66,7 @@ class Dataset:
     feature_names: list[str] = field(default_factory=list)
     target_names: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    target_period: list | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -84,6 +89,21 @@ class Dataset:
                 f"{self.name}: regression targets must be [N, O] with the same O in both splits, got "
                 f"{tuple(self.y_train.shape)} and {tuple(self.y_test.shape)}."
             )
+        self._check_target_period()
+
+    def _check_target_period(self) -> None:
+        if self.target_period is None:
+            return
+        if self.task != "regression":
+            raise DataError(f"{self.name}: target_period is for regression outputs; a classification has none.")
+        periods = list(self.target_period)
+        if len(periods) != self.y_train.shape[1]:
+            raise DataError(f"{self.name}: target_period has {len(periods)} entries for {self.y_train.shape[1]} "
+                            f"outputs; give one per output (None for an output on the real line).")
+        for name, period in zip(self.target_names or range(len(periods)), periods):
+            if period is not None and not (isinstance(period, (int, float)) and 0 < float(period) < float("inf")):
+                raise DataError(f"{self.name}: the period of output {name} must be a positive number or None, "
+                                f"got {period!r}.")
 
     @property
     def n_train(self) -> int:
@@ -186,6 +206,7 @@ def regression_dataset(
     split: int | None = None,
     fit_x: np.ndarray | None = None,
     fit_y: np.ndarray | None = None,
+    target_period: list | None = None,
 ) -> Dataset:
     """A regression :class:`Dataset` from raw float arrays, standardised with :func:`standardiser`.
 
@@ -193,6 +214,7 @@ def regression_dataset(
     per feature over rows and steps, loc/scale ``[1, 1, F]``); ``y`` is ``[N, O]``. The
     statistics are those of ``fit_x`` / ``fit_y``, by default the training split; a target
     column constant over ``fit_y`` raises :class:`DataError` (there would be nothing to learn).
+    ``target_period`` marks outputs that are angles on a circle (:attr:`Dataset.target_period`).
     """
     fit_x = x_train if fit_x is None else fit_x
     fit_y = y_train if fit_y is None else fit_y
@@ -216,6 +238,7 @@ def regression_dataset(
         feature_names=feature_names,
         target_names=target_names,
         info=info,
+        target_period=target_period,
     )
 
 

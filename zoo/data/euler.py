@@ -24,6 +24,7 @@ __all__ = [
     "EULER_ANGLES",
     "EULER_DIR_ENV",
     "EULER_INPUT_STEPS",
+    "EULER_PERIODS",
     "EULER_TARGET_STEP",
     "euler_increments",
     "load_euler",
@@ -41,6 +42,9 @@ EULER_INPUT_STEPS = tuple(k for k in range(1, 20) if k != 6)
 """Strain steps used as the input sequence: 1..19 without 6 (absent from the original release)."""
 EULER_TARGET_STEP = 20
 """Strain step whose angles are the regression target."""
+EULER_PERIODS = (360.0, None, 360.0)
+"""Periods of (Phi1, Phi, Phi2) in degrees: Phi1 and Phi2 are angles on the full circle; Phi lies in
+[0°, 180°] (Bunge convention) and is scored on the real line."""
 
 
 def _euler_folder(folder) -> Path:
@@ -100,8 +104,9 @@ def load_euler(folder=None, train_fraction: float = 0.8, seed: int = 0, max_pixe
 
     Reads ``IPF_Final_<k>.csv`` (columns Phase, Phi1, Phi, Phi2, KAM, Y, X; one row per pixel,
     the same pixels in the same order in every file) for strain steps ``k`` = 1..20; step 6 is
-    absent from the original release and is not used. Angles are in degrees and are treated as
-    plain real numbers (no wrapping at 360°), as Bagga et al. 2025 did.
+    absent from the original release and is not used. Angles are in degrees and are modelled as
+    plain real numbers (no wrapping at 360°), as Bagga et al. 2025 did; the dataset marks Phi1 and
+    Phi2 as periodic (``target_period``), so evaluations also score them on the circle.
 
     Args:
         folder: data folder; default ``$ZOO_EULER_DIR`` or ``<repo>/../shared/data/euler``.
@@ -153,6 +158,7 @@ def load_euler(folder=None, train_fraction: float = 0.8, seed: int = 0, max_pixe
         feature_names=list(EULER_ANGLES),
         target_names=list(EULER_ANGLES),
         info=info,
+        target_period=list(EULER_PERIODS),
     )
 
 
@@ -186,4 +192,4 @@ def euler_increments(data: Dataset) -> Dataset:
     info = {**data.info, "euler_target": "increments", "last_test": last, "target_test": target}
     names = [f"d{angle}" for angle in EULER_ANGLES]
     return regression_dataset("euler-increments", x_tr, y_tr, x_te, y_te, feature_names=names, target_names=names,
-                               info=info)
+                               info=info, target_period=list(EULER_PERIODS))

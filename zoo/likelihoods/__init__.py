@@ -28,12 +28,12 @@ from typing import Optional, Union
 from .base import Likelihood
 from .categorical import CategoricalLikelihood
 from .gaussian import LOG_VARIANCE_RANGE, GaussianLikelihood, HeteroscedasticGaussianLikelihood
-from .mixture import PredictiveMixture, student_t_cdf
+from .mixture import PredictiveMixture, standard_log_density, student_t_cdf
 from .studentt import StudentTLikelihood
 
 __all__ = ["Likelihood", "GaussianLikelihood", "HeteroscedasticGaussianLikelihood", "StudentTLikelihood",
            "CategoricalLikelihood", "LIKELIHOODS", "make_likelihood", "likelihood_options", "likelihood_from_spec",
-           "LOG_VARIANCE_RANGE", "PredictiveMixture",
+           "LOG_VARIANCE_RANGE", "PredictiveMixture", "standard_log_density",
            "student_t_cdf"]
 
 LIKELIHOODS = {

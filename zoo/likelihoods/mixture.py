@@ -23,7 +23,7 @@ from typing import Optional
 import scipy.special
 import torch
 
-__all__ = ["PredictiveMixture", "student_t_cdf"]
+__all__ = ["PredictiveMixture", "standard_log_density", "student_t_cdf"]
 
 #: upper bound on draws × points per block of a quantile solve (bounds the float64 work memory)
 _BLOCK_ELEMENTS = 2**20
@@ -148,6 +148,15 @@ def student_t_cdf(t: torch.Tensor, dof: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(scipy.special.stdtr(nu.numpy(), t64.numpy())).to(t.device, t.dtype)
 
 
+def standard_log_density(z: torch.Tensor, df: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """log density of the standard Normal (``df`` None) or standard Student-t with ``df`` degrees of
+    freedom at ``z`` (broadcast); a location-scale component's is this at (y − loc)/scale, minus log scale."""
+    if df is None:
+        return -0.5 * z**2 - 0.5 * math.log(2 * math.pi)
+    return (torch.lgamma(0.5 * (df + 1)) - torch.lgamma(0.5 * df) - 0.5 * torch.log(math.pi * df)
+            - 0.5 * (df + 1) * torch.log1p(z**2 / df))
+
+
 def _probability(value, what: str) -> float:
     """``value`` as a float in (0, 1), else a ``ValueError`` naming ``what``."""
     try:
@@ -164,14 +173,11 @@ def _cdf_and_density(loc, scale, df, x):
     z = (x - loc) / scale
     if df is None:
         cdf = torch.special.ndtr(z)
-        log_pdf = -0.5 * z**2 - 0.5 * math.log(2 * math.pi)
         slope = -z  # d log pdf / dz
     else:
         cdf = student_t_cdf(z, df)
-        log_pdf = (torch.lgamma(0.5 * (df + 1)) - torch.lgamma(0.5 * df) - 0.5 * torch.log(math.pi * df)
-                   - 0.5 * (df + 1) * torch.log1p(z**2 / df))
         slope = -(df + 1) * z / (df + z**2)
-    density = log_pdf.exp() / scale
+    density = standard_log_density(z, df).exp() / scale
     return cdf.mean(0), density.mean(0), (density * slope / scale).mean(0)
 
 
