@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -42,7 +43,10 @@ from zoo.data import Dataset, load_dataset
 
 from inference.evaluation.arviz_export import save_netcdf
 from inference.evaluation.diagnostics import convergence_warning
+from inference.backends import BACKENDS
+from inference.backends.base import parse_config
 from inference.fitting import fit, resolve_device
+from inference.memory import check_prediction_memory
 from inference.posterior import to_jsonable
 from inference.variational.pruning import prune
 
@@ -108,6 +112,8 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
     options = resolve_backend_options(spec, data)  # every option checked (and typed) before any fitting
     bnn = build_model(spec, data) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
+    if fitted is None:  # the test-set prediction's arrays, refused before the fit rather than after it
+        check_prediction_memory(bnn, prediction_draws(spec.backend, options), data.n_test)
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
                                             if isinstance(getattr(data, f.name), torch.Tensor)})
@@ -151,6 +157,13 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     if out_dir is not None:
         write_run(result, out_dir, overwrite=overwrite)
     return result
+
+
+def prediction_draws(backend: str, options: dict) -> int:
+    """Draws of the run's test-set prediction: ``num_samples`` × ``num_chains`` × ``num_members`` (each 1
+    where the backend has no such option: a point estimate is one draw)."""
+    config = parse_config(BACKENDS[backend], options)
+    return math.prod(int(getattr(config, name, 1) or 1) for name in ("num_samples", "num_chains", "num_members"))
 
 
 def _fit(spec: RunSpec, bnn, data: Dataset, progress: bool, device, options: dict):
