@@ -9,6 +9,7 @@ folder may stay, and the tables must equal those of the same commands run one af
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from lab.locks import RunLock
 from lab.runs import RUN_FILES
 from lab.store import StoreError, verify_run
 
-FIT = ["fit", "--data", "toy1d", "--backend", "map", "--hidden", "4", "--epochs", "5", "--num-samples", "10",
+FIT = ["fit", "--data", "toy1d", "--backend", "map", "--hidden", "4", "--epochs", "5",
        "--quiet"]
 EXPERIMENT = ["experiment", "smoke", "--workers", "0", "--batch-fits", "1", "--quiet"]
 
@@ -46,11 +47,15 @@ def run_at_once(commands: list, folder: Path) -> list:
                     handle = os.open(folder / f"{name}-{k}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     os.dup2(handle, fd)
                     os.close(handle)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # (pytest replaced the Python streams)
+                sys.stderr = open(2, "w", buffering=1, closefd=False)
                 os.read(gate_read, 1)
                 status = main(command)
             except BaseException as err:  # noqa: BLE001 - reported through the exit status and stderr
                 os.write(2, f"UNCAUGHT {type(err).__name__}: {err}\n".encode())
             finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
                 os._exit(status)
         children.append(pid)
     os.close(gate_read)
