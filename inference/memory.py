@@ -104,18 +104,27 @@ def fit_memory(bnn, config, rows: Optional[int] = None) -> list:
         parts.append(MemoryPart(random**2 * element * 2, f"a dense {random:,}x{random:,} Laplace GGN",
                                 "the network's random weights, or hessian='kfac' / 'diag'"))
     batch = rows if rows is not None else _count(config, "batch_size", 1)
-    copies = max(chains if hasattr(config, "num_chains") else 1, members if hasattr(config, "num_members") else 1)
+    copies, per, lower = 1, "", "batch_size"
+    if hasattr(config, "num_chains") and chains > 1:
+        copies, per, lower = chains, f" x {chains:,} chains", "num_chains or batch_size"
+    elif hasattr(config, "num_members") and members > 1:
+        copies, per, lower = members, f" x {members:,} members", "num_members or batch_size"
     parts.append(MemoryPart(copies * batch * activation_width(bnn.net) * element * _ACTIVATION_COPIES,
-                            f"activations of {batch:,} rows" + (f" x {copies:,} copies" if copies > 1 else ""),
-                            "batch_size"))
+                            f"activations of {batch:,} rows{per}", lower))
     return parts
 
 
-def prediction_memory(bnn, num_samples: int, points: int) -> MemoryPart:
-    """The draws × points × outputs arrays of a prediction (:data:`PREDICTION_COPIES` of them)."""
+def prediction_memory(bnn, num_samples: int, points: int, draws_from: Optional[dict] = None) -> MemoryPart:
+    """The draws × points × outputs arrays of a prediction (:data:`PREDICTION_COPIES` of them).
+
+    ``draws_from``: the options whose product is ``num_samples`` (e.g. ``{"num_samples": 200, "num_chains": 4}``),
+    named in the message and in what to lower."""
     size = PREDICTION_COPIES * int(num_samples) * int(points) * bnn.output_dim * bnn.target_scale.element_size()
-    return MemoryPart(size, f"predict with num_samples={int(num_samples):,} at {int(points):,} points "
-                            f"({bnn.output_dim} outputs)", "num_samples, or predict fewer points at a time")
+    draws_from = {k: v for k, v in (draws_from or {"num_samples": num_samples}).items() if int(v) > 1} or {
+        "num_samples": num_samples}
+    source = " x ".join(f"{k}={int(v):,}" for k, v in draws_from.items())
+    return MemoryPart(size, f"predict {int(num_samples):,} draws ({source}) at {int(points):,} points "
+                            f"({bnn.output_dim} outputs)", f"{' or '.join(draws_from)}, or predict fewer points at a time")
 
 
 def _refuse(parts: list, what: str, device: Optional[torch.device]) -> None:
@@ -131,7 +140,7 @@ def check_fit_memory(bnn, config, rows: Optional[int] = None, backend: str = "th
     _refuse(fit_memory(bnn, config, rows), f"{backend}", bnn.target_scale.device)
 
 
-def check_prediction_memory(bnn, num_samples: int, points: int) -> None:
+def check_prediction_memory(bnn, num_samples: int, points: int, draws_from: Optional[dict] = None) -> None:
     """``ValueError`` before any allocation when a prediction needs more memory than is available."""
-    part = prediction_memory(bnn, num_samples, points)
+    part = prediction_memory(bnn, num_samples, points, draws_from)
     check_memory(part.size, part.what, f"lower {part.lower}", bnn.target_scale.device)

@@ -113,7 +113,8 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     options = resolve_backend_options(spec, data)  # every option checked (and typed) before any fitting
     bnn = build_model(spec, data) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
     if fitted is None:  # the test-set prediction's arrays, refused before the fit rather than after it
-        check_prediction_memory(bnn, prediction_draws(spec.backend, options), data.n_test)
+        draws = prediction_draws(spec.backend, options)
+        check_prediction_memory(bnn, math.prod(draws.values()), data.n_test, draws)
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
                                             if isinstance(getattr(data, f.name), torch.Tensor)})
@@ -159,11 +160,12 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     return result
 
 
-def prediction_draws(backend: str, options: dict) -> int:
-    """Draws of the run's test-set prediction: ``num_samples`` × ``num_chains`` × ``num_members`` (each 1
-    where the backend has no such option: a point estimate is one draw)."""
+def prediction_draws(backend: str, options: dict) -> dict:
+    """What sets the draws of the run's test-set prediction: ``{option: value}`` of ``num_samples``,
+    ``num_chains`` and ``num_members`` where the backend has them (their product; {} for a point estimate)."""
     config = parse_config(BACKENDS[backend], options)
-    return math.prod(int(getattr(config, name, 1) or 1) for name in ("num_samples", "num_chains", "num_members"))
+    return {name: int(getattr(config, name) or 1) for name in ("num_samples", "num_chains", "num_members")
+            if hasattr(config, name)}
 
 
 def _fit(spec: RunSpec, bnn, data: Dataset, progress: bool, device, options: dict):
