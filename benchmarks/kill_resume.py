@@ -1,14 +1,15 @@
 """Kill-and-resume campaigns of an experiment grid (issue 41): SIGKILL at random moments, then resume.
 
-``local``: ``python -m zoo experiment smoke --workers 2 --batch-fits 1`` is killed (``SIGKILL`` to the
-experiment process; its worker processes die with it) ``--kills`` times in a row, each at a random
-moment, then run once more to the end.  A kill lands a uniform random time after the process has
-taken the folder's lock (imports done: the moments cover worker start-up, fits, run writes and the
-tables) within the time the rest of the grid would take (at least a fifth of an uninterrupted
-run's, so late kills still hit the last runs and the tables).  After every kill: every run folder
-is complete (:func:`lab.store.verify_run`) or absent — only hidden temporaries of dead writers may
-be there, and they must be gone after the next start.  At the end: no temporary left anywhere, one
-row per run, and ``results.csv`` equal to an uninterrupted run's but for wall/CPU times.
+``local``: ``python -m zoo experiment smoke-24 --workers 2 --batch-fits 1`` (24 runs: a deterministic
+MLP, full SVI, and last-layer SVI on the first one's frozen body, 8 seeds) is killed (``SIGKILL`` to
+the experiment process; its worker processes die with it) ``--kills`` times in a row, then run once
+more to the end.  A kill lands a uniform random time after the process has taken the folder's lock
+(imports done), within the uninterrupted grid's time to its first finished run plus one and a half
+runs per worker, so that the moments cover worker start-up, fits, run writes and table writes and
+the grid advances by about three runs per kill.  After every kill: no worker process is left, every
+run folder is complete (:func:`lab.store.verify_run`) or absent — only hidden temporaries of dead
+writers may be there, and the next start removes them.  At the end: no temporary left anywhere,
+one row per run, and ``results.csv`` equal to an uninterrupted run's but for wall/CPU times.
 
 ``ray``: ``--executor ray --workers 2`` on a local Ray instance; once a Ray worker process is
 executing a run (``ray::run_one``) it is killed with ``SIGKILL``; the grid must finish with no
@@ -36,8 +37,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GRID = "smoke"
-COMMAND = [sys.executable, "-m", "zoo", "experiment", GRID, "--batch-fits", "1", "--quiet"]
+
+
+def command(grid: str) -> list:
+    return [sys.executable, "-m", "zoo", "experiment", grid, "--batch-fits", "1", "--quiet"]
 TEMPORARY = re.compile(r"\.(partial|old|tmp)-")
 
 
@@ -45,11 +48,11 @@ def _environment() -> dict:
     return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-def grid_keys() -> list:
+def grid_keys(grid: str) -> list:
     sys.path.insert(0, str(ROOT))
     from lab.grids import EXPERIMENTS
 
-    return sorted(r.key for r in EXPERIMENTS[GRID].build(False, None))
+    return sorted(r.key for r in EXPERIMENTS[grid].build(False, None))
 
 
 def temporaries(folder: Path) -> list:
@@ -109,38 +112,44 @@ def _holder(out: Path) -> int | None:
         return None
 
 
-def _run(out: Path, extra=(), timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([*COMMAND, "--out", str(out), *extra], cwd=ROOT, env=_environment(), capture_output=True,
-                          text=True, timeout=timeout)
+def _run(grid: str, out: Path, extra=(), timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([*command(grid), "--out", str(out), *extra], cwd=ROOT, env=_environment(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
-def reference(folder: Path) -> tuple:
-    """An uninterrupted run: (its table, seconds from taking the lock to the end)."""
+def reference(folder: Path, grid: str) -> tuple:
+    """An uninterrupted run: (its table, seconds from taking the lock to the end, seconds from taking the
+    lock to the first finished run)."""
     out = folder / "reference"
-    process = subprocess.Popen([*COMMAND, "--out", str(out), "--workers", "2"], cwd=ROOT, env=_environment(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([*command(grid), "--out", str(out), "--workers", "2"], cwd=ROOT, env=_environment(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while _holder(out) != process.pid and process.poll() is None:
         time.sleep(0.02)
-    locked = time.perf_counter()
-    _, err = process.communicate()
+    locked, first = time.perf_counter(), None
+    while process.poll() is None:
+        if first is None and any((out / "runs").glob("*/COMPLETE")):
+            first = time.perf_counter() - locked
+        time.sleep(0.05)
     if process.returncode != 0:
-        raise RuntimeError(f"the uninterrupted grid failed: {err[-2000:]}")
-    return table(out / "results.csv"), time.perf_counter() - locked
+        raise RuntimeError(f"the uninterrupted grid failed (exit {process.returncode})")
+    working = time.perf_counter() - locked
+    return table(out / "results.csv"), working, working if first is None else first
 
 
-def local_campaign(kills: int, seed: int, folder: Path, log=print) -> dict:
-    keys = grid_keys()
-    expected, working = reference(folder)
-    log(f"uninterrupted grid: {len(expected)} runs, {working:.1f} s after taking the lock")
+def local_campaign(kills: int, seed: int, folder: Path, log=print, grid: str = "smoke-24") -> dict:
+    keys = grid_keys(grid)
+    expected, working, first = reference(folder, grid)
+    per_run = max((working - first) * 2 / max(len(keys) - 2, 1), 0.5)  # two workers
+    window = first + 1.5 * per_run  # worker start-up, then about one and a half runs per worker
+    log(f"uninterrupted grid: {len(expected)} runs, {working:.1f} s after taking the lock, the first finished "
+        f"after {first:.1f} s; kills drawn uniformly in [0, {window:.1f}] s after the lock")
     rng = random.Random(seed)
     out = folder / "killed"
     landed = {"alive": 0, "exited": 0, "writing": 0}
     for k in range(kills):
-        done = check_runs(out, keys)["complete"] if (out / "runs").is_dir() else 0
-        window = working * max((len(keys) - done) / len(keys), 0.2)
         delay = rng.uniform(0, window)
-        process = subprocess.Popen([*COMMAND, "--out", str(out), "--workers", "2"], cwd=ROOT, env=_environment(),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen([*command(grid), "--out", str(out), "--workers", "2"], cwd=ROOT,
+                                   env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while _holder(out) != process.pid and process.poll() is None:
             time.sleep(0.01)
         time.sleep(delay)
@@ -158,10 +167,10 @@ def local_campaign(kills: int, seed: int, folder: Path, log=print) -> dict:
         state = check_runs(out, keys)
         landed["alive" if alive else "exited"] += 1
         landed["writing"] += bool(writing and alive)
-        log(f"kill {k + 1:2d} at {delay:5.2f} s of {window:5.2f}: {'alive' if alive else 'had exited'}, "
+        log(f"kill {k + 1:2d} at {delay:5.2f} s: {'alive' if alive else 'had exited'}, "
             f"{state['complete']} runs complete, {state['temporaries']} temporaries of dead writers, "
             f"{len(writing)} run writes in progress")
-    finished = _run(out, ["--workers", "2"])
+    finished = _run(grid, out, ["--workers", "2"])
     if finished.returncode != 0:
         raise AssertionError(f"the resumed grid failed ({finished.returncode}): {finished.stderr[-2000:]}")
     state = check_runs(out, keys)
@@ -185,15 +194,15 @@ def ray_worker_running_a_run(pid: int) -> int | None:
     return None
 
 
-def ray_campaign(kills: int, seed: int, folder: Path, log=print, timeout: float = 900) -> dict:
-    keys = grid_keys()
-    expected, _ = reference(folder)
+def ray_campaign(kills: int, seed: int, folder: Path, log=print, timeout: float = 900, grid: str = "smoke") -> dict:
+    keys = grid_keys(grid)
+    expected, _, _ = reference(folder, grid)
     rng = random.Random(seed)
     totals = {"kills": 0, "lost": 0, "duplicated": 0, "temporaries": 0, "failures": 0, "table_equal": True}
     for k in range(kills):
         out = folder / f"ray-{k}"
         started = time.monotonic()
-        process = subprocess.Popen([*COMMAND, "--out", str(out), "--workers", "2", "--executor", "ray"], cwd=ROOT,
+        process = subprocess.Popen([*command(grid), "--out", str(out), "--workers", "2", "--executor", "ray"], cwd=ROOT,
                                    env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True)
         victim = None
@@ -233,6 +242,7 @@ def main(argv=None) -> int:
     parser.add_argument("executor", choices=("local", "ray"))
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--grid", help="the experiment grid (default: smoke-24 locally, smoke with Ray)")
     parser.add_argument("--folder", help="where the grids are written (default: a temporary folder)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -241,7 +251,8 @@ def main(argv=None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         campaign = local_campaign if args.executor == "local" else ray_campaign
-        summary = campaign(args.kills, args.seed, folder, log=lambda line: print(line, flush=True))
+        grid = args.grid or ("smoke-24" if args.executor == "local" else "smoke")
+        summary = campaign(args.kills, args.seed, folder, log=lambda line: print(line, flush=True), grid=grid)
         print(f"{args.executor}: {json.dumps(summary)} in {time.perf_counter() - started:.0f} s")
         print(f"kills {summary['kills']} lost {summary['lost']} duplicated {summary['duplicated']} "
               f"temporaries {summary['temporaries']} table_equal {summary['table_equal']}")

@@ -30,7 +30,7 @@ def _assert_held(summary: dict) -> None:
 
 
 def test_a_grid_killed_three_times_then_resumed_loses_nothing(tmp_path):
-    summary = _campaigns().local_campaign(3, seed=0, folder=tmp_path, log=lambda line: None)
+    summary = _campaigns().local_campaign(3, seed=0, folder=tmp_path, log=lambda line: None, grid="smoke")
     _assert_held(summary)
     assert summary["kills"] == 3 and summary["rows"] == 6
 
