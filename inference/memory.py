@@ -34,8 +34,8 @@ from torch import nn
 
 from zoo.resources import check_memory, format_bytes
 
-__all__ = ["MemoryPart", "fit_memory", "prediction_memory", "check_fit_memory", "check_prediction_memory",
-           "PREDICTION_COPIES"]
+__all__ = ["MemoryPart", "fit_memory", "prediction_memory", "run_prediction_memory", "check_fit_memory",
+           "check_prediction_memory", "PREDICTION_COPIES"]
 
 #: arrays of draws × points × outputs a prediction keeps (f, y, noise variance, mixture loc and scale)
 PREDICTION_COPIES = 5
@@ -43,6 +43,8 @@ PREDICTION_COPIES = 5
 _TRAINED_COPIES = 4
 #: per-parameter arrays of a sampler chain's state (position, momentum or noise, gradient, mass diagonal)
 _CHAIN_COPIES = 4
+#: values per draw × point a run's prediction and ArviZ exports hold at their peak (measured: run_prediction_memory)
+_EXPORT_VALUES = 24
 #: per-activation arrays of a training step (forward value, its gradient, one temporary)
 _ACTIVATION_COPIES = 3
 
@@ -127,6 +129,21 @@ def prediction_memory(bnn, num_samples: int, points: int, draws_from: Optional[d
                             f"({bnn.output_dim} outputs)", f"{' or '.join(draws_from)}, or predict fewer points at a time")
 
 
+def run_prediction_memory(bnn, num_samples: int, test_points: int, train_points: int,
+                          draws_from: Optional[dict] = None) -> MemoryPart:
+    """A run's prediction and its ArviZ exports (``lab.runs``: the test set's ``posterior.nc`` and the
+    training subset's ``train.nc``): ``draws × (test + train points) × 24 × b`` bytes.
+
+    Measured (float32, peak resident memory less a 10-draw run's, ``zoo fit --backend svi --hidden 8
+    --epochs 1``): toy1d (1 output, 500 + 40 points) 101 and 115 bytes per draw × point at 10,000 and
+    20,000 draws; digits (10 classes, 450 + 1,347 points) 125 at 2,000 draws; 24 × 4 = 96 stays below."""
+    points = int(test_points) + int(train_points)
+    part = prediction_memory(bnn, num_samples, points, draws_from)
+    size = int(num_samples) * points * _EXPORT_VALUES * bnn.target_scale.element_size()
+    what = part.what.replace(f"at {points:,} points", f"and export at {int(test_points):,} + {int(train_points):,} points")
+    return part._replace(size=size, what=what, lower=part.lower.split(", or predict")[0])
+
+
 def _refuse(parts: list, what: str, device: Optional[torch.device]) -> None:
     total = sum(p.size for p in parts)
     biggest = sorted((p for p in parts if p.size > 0), key=lambda p: -p.size)[:2]
@@ -140,7 +157,10 @@ def check_fit_memory(bnn, config, rows: Optional[int] = None, backend: str = "th
     _refuse(fit_memory(bnn, config, rows), f"{backend}", bnn.target_scale.device)
 
 
-def check_prediction_memory(bnn, num_samples: int, points: int, draws_from: Optional[dict] = None) -> None:
-    """``ValueError`` before any allocation when a prediction needs more memory than is available."""
-    part = prediction_memory(bnn, num_samples, points, draws_from)
+def check_prediction_memory(bnn, num_samples: int, points: int, draws_from: Optional[dict] = None,
+                            train_points: Optional[int] = None) -> None:
+    """``ValueError`` before any allocation when a prediction (with ``train_points``: a run's prediction and
+    its exports, :func:`run_prediction_memory`) needs more memory than is available."""
+    part = prediction_memory(bnn, num_samples, points, draws_from) if train_points is None else \
+        run_prediction_memory(bnn, num_samples, points, train_points, draws_from)
     check_memory(part.size, part.what, f"lower {part.lower}", bnn.target_scale.device)

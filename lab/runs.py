@@ -41,7 +41,7 @@ import torch
 
 from zoo.data import Dataset, load_dataset
 
-from inference.evaluation.arviz_export import save_netcdf
+from inference.evaluation.arviz_export import MAX_LOO_POINTS, save_netcdf
 from inference.evaluation.diagnostics import convergence_warning
 from inference.backends import BACKENDS
 from inference.backends.base import parse_config
@@ -114,7 +114,8 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     bnn = build_model(spec, data) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
     if fitted is None:  # the test-set prediction's arrays, refused before the fit rather than after it
         draws = prediction_draws(spec.backend, options)
-        check_prediction_memory(bnn, math.prod(draws.values()), data.n_test, draws)
+        check_prediction_memory(bnn, math.prod(draws.values()), data.n_test, draws,
+                                train_points=min(data.n_train, MAX_LOO_POINTS))
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
                                             if isinstance(getattr(data, f.name), torch.Tensor)})

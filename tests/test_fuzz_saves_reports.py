@@ -181,7 +181,7 @@ def test_strings_of_a_run_folder_are_escaped_in_the_overview(run_folder, scratch
     count("html", {"overview": 1})
 
 
-@fuzz_settings(2)
+@fuzz_settings(1)
 @given(run_strings, hostile_text)
 def test_every_section_of_a_whole_report_escapes_a_hostile_run(run_folder, scratch, strings, folder_name):
     baseline = render_run(run_folder)

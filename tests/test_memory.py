@@ -15,7 +15,7 @@ import lab.runs
 from inference import fit
 from inference.backends import BACKENDS
 from inference.backends.base import parse_config
-from inference.memory import activation_width, fit_memory, prediction_memory
+from inference.memory import activation_width, fit_memory, prediction_memory, run_prediction_memory
 from lab.cli import main
 from zoo import BayesianNetwork
 from zoo.architectures import MLP
@@ -53,6 +53,8 @@ def test_the_estimate_is_counts_times_the_element_size():
     part = prediction_memory(bnn, 800, 30, {"num_samples": 200, "num_chains": 4, "num_members": 1})
     assert part.what.startswith("predict 800 draws (num_samples=200 x num_chains=4) at 30 points")
     assert part.lower.startswith("num_samples or num_chains")
+    run = run_prediction_memory(bnn, 800, 30, 10, {"num_samples": 200, "num_chains": 4})
+    assert run.size == 800 * 40 * 24 * 4 and run.lower == "num_samples or num_chains"  # measured: ~100 B/draw/point
     assert _parts(bnn.double(), "map", rows=20)["activations of 20 rows"] == 20 * 6 * 8 * 3  # float64: 8 bytes
 
 
@@ -89,8 +91,8 @@ def test_a_dense_laplace_of_a_wide_network_is_refused_before_the_backend_runs(mo
 
 CLI_OVERSIZE = {  # zoo fit arguments -> message fragment; refused with status 2 before the fit
     "a huge hidden size": (["--hidden", "200000", "200000"], "use narrower or fewer hidden layers"),
-    "too many MC samples": (["--num-samples", "100000000"], "predict 100,000,000 draws (num_samples=100,000,000) at "
-                                                             "500 points"),
+    "too many MC samples": (["--num-samples", "100000000"], "predict 100,000,000 draws (num_samples=100,000,000) and "
+                                                             "export at 500 + 40 points"),
     "too many chains": (["--backend", "nuts", "--chains", "100000000", "--num-samples", "10"],
                         "(num_samples=10 x num_chains=100,000,000)"),
     "too many members": (["--backend", "ensemble", "--option", "num_members=1000000000"], "1,000,000,000"),
