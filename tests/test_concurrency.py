@@ -151,3 +151,65 @@ def test_the_lock_waits_its_turn_then_refuses_with_the_holder(tmp_path):
 def test_a_negative_wait_is_refused(tmp_path, capsys):
     assert main([*EXPERIMENT, "--out", str(tmp_path / "x"), "--wait", "-1"]) == 2
     assert "--wait must be" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the pieces: re-checked rename, stale temporaries
+@pytest.fixture(scope="module")
+def small_result():
+    from lab.run_spec import RunSpec
+    from lab.runs import execute
+
+    return execute(RunSpec(data="toy1d", hidden=[4], epochs=3, num_samples=10), progress=False)
+
+
+def _another_writer_gets_there_first(monkeypatch, target: Path, seed: int):
+    """``os.replace`` in lab.store: just before the first rename onto ``target``, a run of ``seed`` appears."""
+    import lab.store
+
+    real = os.replace
+
+    def replace(source, destination):
+        if Path(destination) == target and not target.exists():
+            target.mkdir()
+            (target / "metrics.json").write_text(json.dumps({"seed": seed}))
+            (target / "config.json").write_text(json.dumps({"seed": seed}))
+        return real(source, destination)
+
+    monkeypatch.setattr(lab.store.os, "replace", replace)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_run_renamed_into_place_by_another_writer_meanwhile_is_kept_or_replaced_whole(tmp_path, monkeypatch,
+                                                                                       small_result, overwrite):
+    from lab.runs import write_run
+
+    target = tmp_path / "run"
+    _another_writer_gets_there_first(monkeypatch, target, seed=99)
+    if not overwrite:
+        with pytest.raises(StoreError, match="already holds a run"):
+            write_run(small_result, target)
+        assert json.loads((target / "metrics.json").read_text()) == {"seed": 99}  # the other writer's run
+    else:
+        write_run(small_result, target, overwrite=True)
+        verify_run(target, RUN_FILES)  # ours, whole: the other one was swapped out and deleted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_path):
+    import socket
+    import subprocess
+
+    from lab.store import remove_stale_temporaries
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    names = {f".run.partial-{host}-{dead.pid}-abc123": "dead", f".run.old-{host}-{dead.pid}-x_9": "dead",
+             f".results.csv.tmp-{host}-{dead.pid}-q1": "dead", f".run.partial-{host}-{os.getpid()}-live": "live",
+             f".run.partial-elsewhere-{dead.pid}-abc": "other host", ".run.partial-junk": "not ours",
+             "run": "a run", f".a.tmp-b.partial-{host}-{dead.pid}-zz": "dead"}
+    for name in names:
+        (tmp_path / name).mkdir() if "csv" not in name else (tmp_path / name).write_text("half")
+    removed = {p.name for p in remove_stale_temporaries(tmp_path)}
+    assert removed == {n for n, kind in names.items() if kind == "dead"}
+    assert {p.name for p in tmp_path.iterdir()} == {n for n, kind in names.items() if kind != "dead"}
