@@ -57,24 +57,24 @@ class RunLock:
             os.close(fd)
             raise StoreError(f"{self.path} is not a regular file; remove it")
         deadline, told = time.monotonic() + self.wait, False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = _describe(_read_holder(fd))
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    holder = _describe(_read_holder(fd))
                 if time.monotonic() >= deadline:
-                    os.close(fd)
                     waited = f" (waited {self.wait:.0f} s)" if self.wait else ""
                     raise StoreError(f"{self.path.parent} is in use by {holder}{waited}; wait for it to finish "
-                                     f"(--wait), or choose another --out") from None
+                                     f"(--wait), or choose another --out")
                 if not told and self.on_wait is not None:
                     self.on_wait(holder)
                     told = True
                 time.sleep(_LOCK_POLL_SECONDS)
-            except BaseException:
-                os.close(fd)
-                raise
+        except BaseException:  # refused, or Ctrl-C while waiting
+            os.close(fd)
+            raise
         record = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         os.ftruncate(fd, 0)
