@@ -5,8 +5,8 @@ MLP, full SVI, and last-layer SVI on the first one's frozen body, 8 seeds) is ki
 the experiment process; its worker processes die with it) ``--kills`` times in a row, then run once
 more to the end.  A kill lands a uniform random time after the process has taken the folder's lock
 (imports done), within the uninterrupted grid's time to its first finished run plus one and a half
-runs per worker, so that the moments cover worker start-up, fits, run writes and table writes and
-the grid advances by about three runs per kill.  After every kill: no worker process is left, every
+runs per worker (once every run is done: within the time of an invocation that only writes the
+tables), so that the moments cover worker start-up, fits, run writes and table writes.  After every kill: no worker process is left, every
 run folder is complete (:func:`lab.store.verify_run`) or absent — only hidden temporaries of dead
 writers may be there, and the next start removes them.  At the end: no temporary left anywhere,
 one row per run, and ``results.csv`` equal to an uninterrupted run's but for wall/CPU times.
@@ -117,10 +117,8 @@ def _run(grid: str, out: Path, extra=(), timeout: float = 1800) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout)
 
 
-def reference(folder: Path, grid: str) -> tuple:
-    """An uninterrupted run: (its table, seconds from taking the lock to the end, seconds from taking the
-    lock to the first finished run)."""
-    out = folder / "reference"
+def _timed(grid: str, out: Path) -> tuple:
+    """Run the grid into ``out`` to the end: (seconds from taking the lock to the end, to the first finished run)."""
     process = subprocess.Popen([*command(grid), "--out", str(out), "--workers", "2"], cwd=ROOT, env=_environment(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while _holder(out) != process.pid and process.poll() is None:
@@ -133,21 +131,32 @@ def reference(folder: Path, grid: str) -> tuple:
     if process.returncode != 0:
         raise RuntimeError(f"the uninterrupted grid failed (exit {process.returncode})")
     working = time.perf_counter() - locked
-    return table(out / "results.csv"), working, working if first is None else first
+    return working, working if first is None else first
+
+
+def reference(folder: Path, grid: str) -> tuple:
+    """An uninterrupted run: (its table, seconds from taking the lock to the end, to the first finished run,
+    and of a second invocation that finds every run done: start-up and tables)."""
+    out = folder / "reference"
+    working, first = _timed(grid, out)
+    done, _ = _timed(grid, out)
+    return table(out / "results.csv"), working, first, done
 
 
 def local_campaign(kills: int, seed: int, folder: Path, log=print, grid: str = "smoke-24") -> dict:
     keys = grid_keys(grid)
-    expected, working, first = reference(folder, grid)
+    expected, working, first, done = reference(folder, grid)
     per_run = max((working - first) * 2 / max(len(keys) - 2, 1), 0.5)  # two workers
     window = first + 1.5 * per_run  # worker start-up, then about one and a half runs per worker
     log(f"uninterrupted grid: {len(expected)} runs, {working:.1f} s after taking the lock, the first finished "
-        f"after {first:.1f} s; kills drawn uniformly in [0, {window:.1f}] s after the lock")
+        f"after {first:.1f} s, {done:.1f} s when every run is done; kills drawn uniformly in [0, {window:.1f}] s "
+        f"after the lock ([0, {done:.1f}] s once every run is done)")
     rng = random.Random(seed)
     out = folder / "killed"
     landed = {"alive": 0, "exited": 0, "writing": 0}
     for k in range(kills):
-        delay = rng.uniform(0, window)
+        finished = check_runs(out, keys)["complete"] if (out / "runs").is_dir() else 0
+        delay = rng.uniform(0, window if finished < len(keys) else done)
         process = subprocess.Popen([*command(grid), "--out", str(out), "--workers", "2"], cwd=ROOT,
                                    env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while _holder(out) != process.pid and process.poll() is None:
@@ -196,7 +205,7 @@ def ray_worker_running_a_run(pid: int) -> int | None:
 
 def ray_campaign(kills: int, seed: int, folder: Path, log=print, timeout: float = 900, grid: str = "smoke") -> dict:
     keys = grid_keys(grid)
-    expected, _, _ = reference(folder, grid)
+    expected = reference(folder, grid)[0]
     rng = random.Random(seed)
     totals = {"kills": 0, "lost": 0, "duplicated": 0, "temporaries": 0, "failures": 0, "table_equal": True}
     for k in range(kills):
