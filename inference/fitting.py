@@ -146,12 +146,20 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         with preserved_session(bnn):
             return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
-    check_fit_size(bnn, config)
+    check_fit_size(bnn, config, _batch_rows(config, x))
     x, y = check_training_data(bnn, x, y)  # numpy arrays converted; floating targets keep their precision
     x, y = _placed(bnn, x, y, y)
     bnn.check_forward(x)
     with preserved_session(bnn):
         return engine.run(bnn, x, y, config, int(seed), bool(progress))
+
+
+def _batch_rows(config, x) -> Optional[int]:
+    """Rows of one training batch (the memory estimate's activations): ``batch_size`` or all of ``x``."""
+    shape = getattr(x, "shape", None)
+    rows = int(shape[0]) if shape is not None and len(shape) > 0 else None
+    batch = getattr(config, "batch_size", None)
+    return rows if batch is None or rows is None else min(int(batch), rows)
 
 
 #: backends with a stacked engine: name -> ``(bnns, xs, ys, config, seeds, progress) -> [Posterior | error]``

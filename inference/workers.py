@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["worker_pool", "stop_workers", "run_calls", "check_executor", "ctrl_c_held", "EXECUTORS"]
+__all__ = ["die_with_parent", "worker_pool", "stop_workers", "run_calls", "check_executor", "ctrl_c_held", "EXECUTORS"]
 
 #: where :func:`run_calls` runs: local worker processes or Ray tasks
 EXECUTORS = ("local", "ray")
@@ -36,15 +36,21 @@ EXECUTORS = ("local", "ray")
 _PR_SET_PDEATHSIG = 1
 
 
-def _init_worker(parent: int) -> None:
-    """Worker start: one torch thread; on Linux, die (``SIGKILL``) when the parent process dies."""
-    torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the parent stops us
+def die_with_parent(parent: int) -> None:
+    """In a child process: on Linux, ask the kernel for ``SIGKILL`` when the parent dies
+    (``prctl(PR_SET_PDEATHSIG)``); exit at once if ``parent`` has already died."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(1)
+
+
+def _init_worker(parent: int) -> None:
+    """Worker start: one torch thread; on Linux, die (``SIGKILL``) when the parent process dies."""
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the parent stops us
+    die_with_parent(parent)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -287,6 +288,10 @@ def run_command(argv) -> int:
     return COMMANDS[args.command][1](args)
 
 
+#: what torch and CUDA say when an allocation fails
+_OUT_OF_MEMORY = re.compile(r"can't allocate memory[^.]*|CUDA out of memory|Cannot allocate memory")
+
+
 class _Terminated(BaseException):
     """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (temporary folders removed,
     workers stopped); a ``BaseException`` so that no ``except Exception`` takes it for a failed run."""
@@ -335,6 +340,13 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError, NotADirectoryError) as err:
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as err:  # past the estimate (inference.memory): one line, status 1
+        reason = _OUT_OF_MEMORY.search(str(err))
+        if reason is None and not isinstance(err, MemoryError):
+            raise
+        print(f"error: out of memory ({reason.group(0) if reason else type(err).__name__}): lower the sizes "
+              f"(--hidden, --num-samples, --chains, members) or --batch-size; nothing was written", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr)
         # the stopped worker pools' exit hooks may still write to their closed wake-up pipes while the

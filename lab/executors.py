@@ -1,7 +1,8 @@
 """Where grid runs execute: local worker processes or Ray tasks, scheduled by their prerequisites.
 
 :func:`run_local` (a process pool; ``workers=0``: this process) and :func:`run_ray` (Ray tasks on
-an existing cluster or a local Ray instance) both start every run once the run it needs
+an existing cluster or a local Ray instance; a run whose worker process dies is run again,
+:data:`RAY_RETRIES` times at most) both start every run once the run it needs
 (``GridRun.after``) has finished, through :func:`lab.grid_worker.run_one` (or
 :func:`lab.run_batches.run_batch` for a stacked batch).  Each returns ``({key: error} of failed
 runs, [runs never started])``.
@@ -23,6 +24,10 @@ from .run_batches import RunBatch, run_batch
 __all__ = ["EXECUTORS", "run_local", "run_ray"]
 
 EXECUTORS = ("local", "ray")
+#: times Ray runs a grid run again whose worker process died (killed, out of memory, node lost); an error
+#: raised by the run itself is not retried (it is a failed run).  The rerun replaces whatever the dead
+#: attempt left (:func:`lab.store.staged_directory` removes a dead writer's temporary folder).
+RAY_RETRIES = 3
 
 
 class _Inline(cf.Executor):
@@ -136,7 +141,7 @@ def run_ray(runs, by_key, finished, root, workers, bar, address, deadline=None):
     if started_here:
         local = {} if address else {"num_cpus": max(workers, 1), "include_dashboard": False}
         ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
-    remote = ray.remote(num_cpus=1)(run_one)
+    remote = ray.remote(num_cpus=1, max_retries=RAY_RETRIES)(run_one)  # a run whose worker died is run again
 
     def wait_one(handles):
         ready, _ = ray.wait(handles, num_returns=1)

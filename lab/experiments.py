@@ -6,8 +6,9 @@ backend × splits / seeds).  Every run goes through :func:`lab.runs.execute` and
 :func:`lab.store.verify_run` accepts (sealed, every file of its recorded size and digest) and
 whose ``config.json`` holds the same spec is skipped, so an interrupted sweep resumes where it
 stopped (and a changed grid, or a damaged run, re-runs what changed).  One experiment at a time
-may use ``DIR`` (:class:`lab.store.RunLock` on ``DIR/.lock``; a second one exits with status 2
-naming the holder).  Runs execute in local worker processes (``--workers N``, default 2, one torch
+may use ``DIR`` (:class:`lab.locks.RunLock` on ``DIR/.lock``; a second one exits with status 2
+naming the holder, or with ``--wait [SECONDS]`` waits its turn and then skips what the first one finished).
+On start it removes what killed writers left in ``DIR`` and its run folder (:func:`lab.store.remove_stale_temporaries`).  Runs execute in local worker processes (``--workers N``, default 2, one torch
 thread each; ``--workers 0`` runs them in this process), which die with the experiment even when it
 is killed (``SIGKILL``), or, with ``--executor ray``, as Ray tasks on an existing cluster
 (``--ray-address``) or a local Ray instance; the run directories must then be on a file system the
@@ -28,7 +29,9 @@ flagged ``failed_fit`` (:mod:`inference.evaluation.sanity`), published numbers w
 """
 from __future__ import annotations
 
+import math
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -38,7 +41,7 @@ from .grid_runs import Experiment
 from .grid_worker import is_finished
 from .grids import EXPERIMENTS
 from .run_batches import group_runs
-from .store import RunLock, check_folder
+from .store import RunLock, check_folder, remove_stale_temporaries
 from .tables import write_tables
 
 __all__ = ["run_experiment", "get_experiment", "add_experiment_arguments", "run_experiment_command"]
@@ -68,14 +71,16 @@ def _select(runs, only: Optional[str]) -> list:
 def run_experiment(name: str, out, fast: bool = False, executor: str = "local", workers: int = 2,
                    data_root=None, ray_address: Optional[str] = None, progress: bool = True,
                    only: Optional[str] = None, time_limit: Optional[float] = None, runs_dir=None,
-                   batch_fits: int = 10) -> dict:
+                   batch_fits: int = 10, wait: float = 0.0) -> dict:
     """Run grid ``name`` into ``out`` (skipping finished runs) and write its tables and figures.
 
     ``only``: a regular expression on run keys: only the matching runs and their prerequisites are
     fitted, and the tables hold every finished run of the grid;
     ``time_limit``: seconds after which no run is started; ``runs_dir``: the folder of run
     directories (default ``out/runs``); ``batch_fits``: at most this many runs that differ only in split or
-    seed are fitted as one stacked program (:mod:`lab.run_batches`; local executor; 1: every run alone).
+    seed are fitted as one stacked program (:mod:`lab.run_batches`; local executor; 1: every run alone);
+    ``wait``: seconds to wait for another experiment holding ``out`` to finish (``math.inf``: as long as
+    it takes; 0: refuse at once, naming the holder).
     Returns ``{"results": DataFrame, "summary": DataFrame,
     "failures": {key: error}, "skipped": n, "not_started": n, "files": [paths], "wall_seconds": s}``;
     ``summary.md`` ends with the wall time of this invocation and the summed run times of all
@@ -95,6 +100,8 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
         raise ValueError(f"--data-root {data_root} is not a folder")
     if time_limit is not None and not float(time_limit) > 0:
         raise ValueError(f"--time-limit must be a positive number of seconds, got {time_limit}")
+    if not float(wait) >= 0:
+        raise ValueError(f"--wait must be a number of seconds >= 0, got {wait}")
     runs = experiment.build(fast, None if data_root is None else str(Path(data_root).resolve()))
     if not runs:
         raise ValueError(f"experiment {name!r} has no runs here (its backends are not registered)")
@@ -106,7 +113,12 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     root = out / "runs" if runs_dir is None else check_folder(runs_dir)
     root.mkdir(parents=True, exist_ok=True)
     deadline = None if time_limit is None else time.monotonic() + float(time_limit)
-    with RunLock(out):
+    def waiting(holder: str) -> None:
+        print(f"{out} is in use by {holder}; waiting for it to finish", file=sys.stderr, flush=True)
+
+    with RunLock(out, wait=float(wait), on_wait=waiting):
+        for folder in (out, root):  # what writers killed earlier left (their process is gone)
+            remove_stale_temporaries(folder)
         finished = {r.key for r in runs if is_finished(root, r)}
         todo = [r for r in runs if r.key not in finished]
         bar = tqdm(total=len(runs), initial=len(finished), desc=name, unit="run", disable=not progress)
@@ -156,6 +168,9 @@ def add_experiment_arguments(parser) -> None:
     parser.add_argument("--batch-fits", type=int, default=10, metavar="K",
                         help="fit up to K runs that differ only in split or seed (map, ensemble, svi) as one "
                              "vectorised program (default 10; 1: every run alone; local executor)")
+    parser.add_argument("--wait", nargs="?", type=float, const=math.inf, default=0.0, metavar="SECONDS",
+                        help="if another experiment is writing --out, wait for it to finish (up to SECONDS; "
+                             "no value: as long as it takes) instead of exiting with status 2")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -166,7 +181,7 @@ def run_experiment_command(args) -> int:
     report = run_experiment(args.name, out, fast=args.fast, executor=args.executor, workers=args.workers,
                             data_root=args.data_root, ray_address=args.ray_address, progress=not args.quiet,
                             only=args.only, time_limit=args.time_limit, runs_dir=args.runs,
-                            batch_fits=args.batch_fits)
+                            batch_fits=args.batch_fits, wait=args.wait)
     if (out / "summary.md").is_file():
         print((out / "summary.md").read_text())
     print(f"{len(report['results'])} finished runs in the tables; this invocation: {report['skipped']} found done, "

@@ -16,7 +16,8 @@ Experiments (papers in ``docs/references.md``; published numbers in ``../shared/
 * ``structured-stochasticity`` — Rochussen 2024 (structured fixed-weight patterns vs vanilla MFVI);
 * ``sparse-vd-lenet`` — the variational-MLP dissertation's Table 4.3 on digits (pruning of variational LeNet-300-100; Molchanov et al. 2017);
 * ``radial-mc`` — Nazarovs et al. 2021 (Radial BNN with M MC-KL samples, confidence-set accuracy);
-* ``smoke`` (hidden) — a seconds-long grid for tests.
+* ``smoke`` (hidden) — a seconds-long grid for tests; ``smoke-24`` (hidden) — the same on 8 seeds
+  (``benchmarks/kill_resume.py``).
 
 The grids of the UCI protocol (``uci-benchmark``, ``uci-nuts``, ``bdl-baselines``, ``paper-protocols``) are
 built in :mod:`lab.uci_grids`.
@@ -160,11 +161,11 @@ def _radial(fast: bool, data_root) -> list:
             for m in (1, 10, 100) for seed in seeds]
 
 
-def _smoke(fast: bool, data_root) -> list:
+def _smoke(fast: bool, data_root, seeds=(0, 1)) -> list:
     """Seconds-long grid for tests: a deterministic MLP, full SVI and last-layer SVI on its frozen body."""
     common = dict(data="toy1d", model="mlp", hidden=[8], epochs=3, num_samples=20)
     runs = []
-    for seed in (0, 1):
+    for seed in seeds:
         det = GridRun(run_key("det", seed), RunSpec(stochastic="none", seed=seed, **common),
                       {"variant": "det", "seed": seed})
         full = GridRun(run_key("full", seed), RunSpec(stochastic="all", seed=seed, **common),
@@ -206,6 +207,9 @@ EXPERIMENTS: dict[str, Experiment] = {
                    ("M",), ("accuracy", "nll", "ece", "acc_0.9", "kept_0.9", "fit_seconds")),
         Experiment("smoke", "seconds-long grid for tests", _smoke, ("variant",), ("rmse", "test_ll", "coverage_90"),
                    hidden=True),
+        Experiment("smoke-24", "the smoke grid on 8 seeds (24 runs): the kill-and-resume campaign",
+                   lambda fast, data_root: _smoke(fast, data_root, seeds=range(8)), ("variant",),
+                   ("rmse", "test_ll", "coverage_90"), hidden=True),
     )
 }
 """Named grids of ``python -m zoo experiment NAME``."""

@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from inference.workers import die_with_parent
+
 __all__ = ["write_in_child"]
 
 #: free bytes below which a crashed writer is taken to have met a full disk
@@ -38,10 +40,12 @@ def write_in_child(write: Callable, path, *args) -> None:
         return
     read_end, write_end = os.pipe()
     log = tempfile.TemporaryFile()  # the child's stderr: h5py prints pages of tracebacks on a failed write
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: write, report one line on failure, never return into the caller
         code = 1
         try:
+            die_with_parent(parent)  # a writer killed by SIGKILL takes its NetCDF writer with it
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.close(read_end)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -40,9 +41,12 @@ import torch
 
 from zoo.data import Dataset, load_dataset
 
-from inference.evaluation.arviz_export import save_netcdf
+from inference.evaluation.arviz_export import MAX_LOO_POINTS, save_netcdf
 from inference.evaluation.diagnostics import convergence_warning
+from inference.backends import BACKENDS
+from inference.backends.base import parse_config
 from inference.fitting import fit, resolve_device
+from inference.memory import check_prediction_memory
 from inference.posterior import to_jsonable
 from inference.variational.pruning import prune
 
@@ -108,6 +112,10 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
     options = resolve_backend_options(spec, data)  # every option checked (and typed) before any fitting
     bnn = build_model(spec, data) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
+    if fitted is None:  # the test-set prediction's arrays, refused before the fit rather than after it
+        draws = prediction_draws(spec.backend, options)
+        check_prediction_memory(bnn, math.prod(draws.values()), data.n_test, draws,
+                                train_points=min(data.n_train, MAX_LOO_POINTS))
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
                                             if isinstance(getattr(data, f.name), torch.Tensor)})
@@ -151,6 +159,14 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     if out_dir is not None:
         write_run(result, out_dir, overwrite=overwrite)
     return result
+
+
+def prediction_draws(backend: str, options: dict) -> dict:
+    """What sets the draws of the run's test-set prediction: ``{option: value}`` of ``num_samples``,
+    ``num_chains`` and ``num_members`` where the backend has them (their product; {} for a point estimate)."""
+    config = parse_config(BACKENDS[backend], options)
+    return {name: int(getattr(config, name) or 1) for name in ("num_samples", "num_chains", "num_members")
+            if hasattr(config, name)}
 
 
 def _fit(spec: RunSpec, bnn, data: Dataset, progress: bool, device, options: dict):

@@ -16,14 +16,17 @@ sealed by a completeness marker :data:`COMPLETE` written last, and renamed into 
   no absolute path), opened without following any symbolic link, a regular file of its recorded
   size (checked before hashing) and SHA-256 digest; the folder holds no link or special file, and a
   listed sub-folder (``posterior/``) no unlisted file;
-* :class:`RunLock` is an exclusive ``fcntl.flock`` on ``OUT/.lock`` recording the holder's pid,
+* :class:`RunLock` (:mod:`lab.locks`) is an exclusive ``fcntl.flock`` on ``OUT/.lock`` recording the holder's pid,
   host and command; the kernel releases it when the holder dies, even by ``SIGKILL``; a planted
   link or special file there is refused, never followed;
 * :func:`write_text_file` replaces one file atomically (a new file made with ``O_EXCL``, renamed
   over the old name, so a link planted there is replaced, not written through);
 * an ``OSError`` while writing (disk full, I/O error) becomes a one-line :class:`WriteError`.
 
-Temporary siblings left by killed writers are removed by the next write to the same destination.
+Temporary siblings left by killed writers (their names say which host and process wrote them) are
+removed by the next write into the same folder (:func:`remove_stale_temporaries`; an experiment also
+sweeps its folders when it starts).  Concurrent writers of one destination never mix: the rename into
+place is re-checked when another writer got there first.
 A run's output path (``--out``) that is itself a symbolic link is refused: the run would be renamed
 over the link rather than written where it points.  Its parent folders may be links.  See
 ``docs/reliability.md`` for the guarantees and the threat model.
@@ -34,25 +37,28 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import fcntl
 import json
 import os
+import re
 import shutil
 import socket
-import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .runcheck import _CLOEXEC, _NOFOLLOW, _NONBLOCK, COMPLETE, StoreError, _digest, read_manifest, verify_run
+from .locks import LOCK_NAME, RunLock
+from .runcheck import _CLOEXEC, _NOFOLLOW, COMPLETE, StoreError, _digest, read_manifest, verify_run
 
 __all__ = ["COMPLETE", "LOCK_NAME", "StoreError", "WriteError", "check_destination", "check_folder",
-           "staged_directory", "seal", "verify_run", "RunLock", "write_text_file", "note_interrupt", "interrupted", "read_manifest"]
+           "staged_directory", "seal", "remove_stale_temporaries", "verify_run", "RunLock", "write_text_file", "write_bytes_file", "note_interrupt", "interrupted", "read_manifest"]
 
-#: the lock file of an experiment's output folder
-LOCK_NAME = ".lock"
 _PARTIAL = ".partial-"
+_OLD = ".old-"
+_TMP = ".tmp-"
+#: a temporary name this module makes: ``.NAME.partial-HOST-PID-XXXX`` (and ``.old-``, ``.tmp-``)
+_TEMPORARY = re.compile(r"^\..+\.(?:partial|old|tmp)-(?P<host>.+)-(?P<pid>[0-9]+)-[^-]*$", re.DOTALL)
+_MOVE_ATTEMPTS = 3
 _RENAME_EXCHANGE = 2
 class WriteError(RuntimeError):
     """Writing a run or an output file failed (disk full, I/O error): nothing was written, and what
@@ -213,21 +219,6 @@ def _remove(path: Path, ignore_errors: bool = False) -> None:
             raise
 
 
-def _remove_stale_partials(path: Path) -> None:
-    """Delete temporary siblings of ``path`` whose writer (a process on this host) has died."""
-    prefix = f".{path.name}{_PARTIAL}{socket.gethostname()}-"
-    for sibling in path.parent.glob(f".{path.name}{_PARTIAL}*"):
-        if not sibling.name.startswith(prefix):
-            continue
-        try:
-            pid = int(sibling.name[len(prefix):].split("-")[0])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            _remove(sibling, ignore_errors=True)
-        except (ValueError, PermissionError):
-            continue
-
-
 def _write_error(err: OSError, path: Path, replacing: bool) -> WriteError:
     where = f" ({Path(err.filename).name})" if getattr(err, "filename", None) else ""
     kept = "the run already there is unchanged" if replacing else "nothing was written"
@@ -249,9 +240,8 @@ def staged_directory(path, overwrite: bool = False):
     replacing = path.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_partials(path)
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}{_PARTIAL}{socket.gethostname()}-{os.getpid()}-",
-                                        dir=path.parent))
+        remove_stale_temporaries(path.parent)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}{_PARTIAL}{_owner()}-", dir=path.parent))
     except OSError as err:
         raise _write_error(err, path, replacing) from None
     umask = os.umask(0)
@@ -262,21 +252,7 @@ def staged_directory(path, overwrite: bool = False):
         _check_interrupt()
         seal(staging)
         _check_interrupt()
-        check_destination(path, overwrite)
-        if path.exists() and any(path.iterdir()):
-            if _exchange(staging, path):
-                _remove(staging)  # now the old run
-            else:
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-                os.replace(path, old / "run")
-                try:
-                    os.replace(staging, path)
-                except BaseException:
-                    os.replace(old / "run", path)  # put the old run back
-                    raise
-                shutil.rmtree(old)
-        else:
-            os.replace(staging, path)  # also onto an empty folder
+        _move_into_place(staging, path, overwrite)
         _fsync(path.parent)
     except OSError as err:
         _remove(staging, ignore_errors=True)
@@ -286,24 +262,96 @@ def staged_directory(path, overwrite: bool = False):
         raise
 
 
+def _move_into_place(staging: Path, path: Path, overwrite: bool) -> None:
+    """Rename the sealed ``staging`` folder to ``path``: onto nothing or an empty folder, or (``overwrite``)
+    swapped with the run there.  Another writer may put a run at ``path`` between the check and the
+    rename (``ENOTEMPTY``): the destination is then checked again, so without ``overwrite`` the loser
+    gets "already holds a run" and with it the winner's run is replaced whole — never a mix."""
+    for _ in range(_MOVE_ATTEMPTS):
+        check_destination(path, overwrite)
+        if path.exists() and any(path.iterdir()):
+            if _exchange(staging, path):
+                _remove(staging)  # now the old run
+            else:
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name}{_OLD}{_owner()}-", dir=path.parent))
+                os.replace(path, old / "run")
+                try:
+                    os.replace(staging, path)
+                except BaseException:
+                    os.replace(old / "run", path)  # put the old run back
+                    raise
+                shutil.rmtree(old)
+            return
+        try:
+            os.replace(staging, path)  # also onto an empty folder
+            return
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    raise StoreError(f"--out {path} kept changing while this run was moved into place (other writers); "
+                     f"nothing was written")
+
+
+def _owner() -> str:
+    """``HOST-PID``: names this process in its temporary files, so that a later writer can tell a dead one's."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def remove_stale_temporaries(folder) -> list:
+    """Delete what killed writers left in ``folder``: run folders being written (``.NAME.partial-HOST-PID-*``),
+    old runs being deleted (``.NAME.old-HOST-PID-*``) and files being replaced (``.NAME.tmp-HOST-PID-*``) whose
+    process (on this host) is gone.  Returns the paths removed.  A live writer's files are left alone,
+    as is anything whose name does not say who wrote it."""
+    folder = Path(folder)
+    removed = []
+    host = socket.gethostname()
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMPORARY.match(entry.name)
+        if match is None or match.group("host") != host or _alive(int(match.group("pid"))):
+            continue
+        _remove(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # someone else's process (or a name that is not a pid): leave it
+    return True
+
+
 def write_text_file(path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically: into a new file made with ``O_EXCL`` beside it,
-    then renamed over ``path`` — a link planted at ``path`` is replaced, never written through, and
-    a failure leaves the old file.  ``OSError`` becomes :class:`WriteError`."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_file`)."""
+    return write_bytes_file(path, text.encode("utf-8"))
+
+
+def write_bytes_file(path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: into a new file made with ``O_EXCL`` beside it (named after
+    this process, so a killed writer's is recognised and removed later), then renamed over ``path`` — a
+    link planted at ``path`` is replaced, never written through, and a failure or a kill leaves the old
+    file.  ``OSError`` becomes :class:`WriteError`."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
         raise StoreError(f"{path} is a folder; cannot write a file there")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}{_TMP}{_owner()}-", dir=path.parent)
     except OSError as err:
         raise WriteError(f"could not write {path}: {err.strerror or type(err).__name__}") from None
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(handle, 0o666 & ~umask)
-        with os.fdopen(handle, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(handle, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(temporary, path)
@@ -314,57 +362,3 @@ def write_text_file(path, text: str) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
-
-
-class RunLock:
-    """Exclusive lock of an output folder (``OUT/.lock``, ``fcntl.flock``) for one process.
-
-    ``with RunLock(out):`` raises :class:`StoreError` naming the holder (pid, host, command, start
-    time) if another process holds it.  The kernel drops the lock when its holder exits or is
-    killed, so a stale lock file never blocks.  The lock file is opened without following links
-    (``O_NOFOLLOW``) and must be a regular file: a planted link or FIFO is refused, never written through.
-    """
-
-    def __init__(self, directory):
-        self.path = Path(directory) / LOCK_NAME
-        self._fd = None
-
-    def __enter__(self) -> "RunLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise StoreError(f"{self.path} is a symbolic link; remove it (a lock file is never followed)") from None
-            raise StoreError(f"cannot create the lock file {self.path} ({err.strerror})") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise StoreError(f"{self.path} is not a regular file; remove it")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode(errors="replace")
-            os.close(fd)
-            raise StoreError(f"{self.path.parent} is in use by {_describe(holder)}; wait for it to finish or "
-                             f"choose another --out") from None
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv),
-                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-
-def _describe(holder: str) -> str:
-    try:
-        record = json.loads(holder)
-        return f"pid {record['pid']} on {record['host']} (since {record['started']}: {record['command']})"
-    except (ValueError, KeyError, TypeError):
-        return "another process"

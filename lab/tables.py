@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -16,6 +17,7 @@ import pandas as pd
 
 from .grid_runs import CONFIDENCE_THRESHOLDS, Experiment
 from .grid_worker import is_finished, metrics_path
+from .store import write_bytes_file, write_text_file
 
 __all__ = ["collect", "write_tables", "summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES"]
 
@@ -45,18 +47,18 @@ def write_tables(experiment: Experiment, runs, root, out, failures, timing: Opti
             entry.unlink()
     files = []
     if failures:
-        (out / "failures.txt").write_text("".join(f"{k}\t{v}\n" for k, v in sorted(failures.items())))
+        write_text_file(out / "failures.txt", "".join(f"{k}\t{v}\n" for k, v in sorted(failures.items())))
         files.append(out / "failures.txt")
     else:
         (out / "failures.txt").unlink(missing_ok=True)  # from an earlier, failed attempt
     if results.empty:
         return results, results, files
     summary = summarise(results, experiment.group)
-    results.to_csv(out / "results.csv", index=False)
-    summary.to_csv(out / "summary.csv", index=False)
+    write_text_file(out / "results.csv", results.to_csv(index=False))  # whole or not at all, even under SIGKILL
+    write_text_file(out / "summary.csv", summary.to_csv(index=False))
     flagged = results.loc[results["failed_fit"].eq(True), "key"] if "failed_fit" in results else ()
-    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures, flagged)
-                                    + timing_line(results, timing))
+    write_text_file(out / "summary.md", summary_markdown(experiment, summary, failures, flagged)
+                    + timing_line(results, timing))
     files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
     files += make_figures(experiment.name, summary, out)
     return results, summary, files
@@ -243,6 +245,8 @@ def make_figures(name: str, summary, out: Path) -> list:
     fig = FIGURES[name](summary, plt)
     fig.tight_layout()
     path = Path(out) / f"{name}.png"
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
     plt.close(fig)
+    write_bytes_file(path, buffer.getvalue())
     return [path]

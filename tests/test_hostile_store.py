@@ -442,8 +442,8 @@ def _write(name: str, content: bytes):
 
 
 DATA_FILES = {
-    "random bytes as a CSV": (_write("g.csv", bytes(range(256)) * 16), "csv:{}:b", "not a text file"),
-    "control bytes, no NUL": (_write("c.csv", bytes(range(1, 9)) + b"abc"), "csv:{}:b", "not a text file"),
+    "random bytes as a CSV": (_write("g.csv", bytes(range(256)) * 16), "csv:{}:b", "not a text CSV file"),
+    "control bytes, no NUL": (_write("c.csv", bytes(range(1, 9)) + b"abc"), "csv:{}:b", "not a text CSV file"),
     "Latin-1 text": (_write("l.csv", "a,b\n1,caf\xe9\n".encode("latin-1") + b"2,3\n" * 10), "csv:{}:b", "not UTF-8"),
     "a 2-million-digit field": (_write("d.csv", b"a,b\n" + b"1" * 2_000_000 + b",2\n3,4\n"), "csv:{}:b",
                                 "(2000000 characters)"),

@@ -22,8 +22,8 @@ import torch
 
 from zoo.bnn import BayesianNetwork
 from zoo.checks import check_input, check_targets
-from zoo.resources import check_memory
 
+from inference.memory import check_fit_memory
 from inference.optim.batches import LoaderBatches, minibatches
 from inference.optim.training import LoopOptions, NonFiniteLossError
 
@@ -129,16 +129,12 @@ def parse_config(backend: Backend, options: dict):
     return config
 
 
-def check_fit_size(bnn, config) -> None:
-    """Refuse a sampler configuration whose stored draws (``num_chains`` × ``num_samples`` × the model's
-    random scalars) cannot fit in the memory available on the model's device, before any sampling."""
+def check_fit_size(bnn, config, rows=None) -> None:
+    """Refuse a configuration whose fit cannot fit in the memory available on the model's device, before
+    anything is allocated: stored draws (``num_chains`` × ``num_samples``), chains' states, ensemble
+    members, SWAG moments, a dense Laplace GGN and a batch's activations (:mod:`inference.memory`)."""
     _check_model(bnn)
-    if not (hasattr(config, "num_samples") and hasattr(config, "num_chains")):
-        return
-    draws = int(config.num_chains) * int(config.num_samples)
-    check_memory(draws * bnn.num_random * bnn.target_scale.element_size(),
-                 f"storing num_chains x num_samples = {draws:,} draws of {bnn.num_random:,} random values",
-                 "lower num_samples or num_chains", bnn.target_scale.device)
+    check_fit_memory(bnn, config, rows)
 
 
 def check_training_data(bnn, x, y) -> tuple[torch.Tensor, torch.Tensor]:

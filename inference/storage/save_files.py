@@ -19,6 +19,7 @@ import json
 import os
 import pickle
 import stat
+import struct
 import zipfile
 from pathlib import Path
 from typing import Optional
@@ -143,9 +144,10 @@ def read_tensors(directory: Path) -> dict:
     with open_confined(directory, TENSORS, limit) as fh:
         try:
             unpacked = sum(entry.file_size for entry in zipfile.ZipFile(fh).infolist())
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-            raise SaveFileError(f"{path} is not a torch.save archive (no zip directory): the file is truncated or "
-                                f"is another kind of file") from None
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, struct.error):
+            # (a damaged directory entry can claim a zip version or compression zipfile does not implement)
+            raise SaveFileError(f"{path} is not a torch.save archive (no readable zip directory): the file is "
+                                f"truncated, damaged or another kind of file") from None
         if limit is not None and unpacked > limit:
             raise SaveFileError(f"{path} unpacks to {format_bytes(unpacked)}, more than the {format_bytes(limit)} of "
                                 f"memory available")

@@ -10,6 +10,7 @@ name the 1-based line of the file (:class:`FileLines`).
 from __future__ import annotations
 
 import csv
+import re
 from functools import cached_property
 from pathlib import Path
 
@@ -31,7 +32,17 @@ _MAX_LISTED = 10
 
 
 class DataError(ValueError):
-    """Bad input data or arguments; the message says what was wrong and what to do."""
+    """Bad input data or arguments; the message says what was wrong and what to do.
+
+    The message is one line by construction: a line break or other control character in it (from a
+    file's path, a column name or a cell) is shown escaped (``\\n``)."""
+
+    def __init__(self, message="", *args):
+        super().__init__(_CONTROL_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], str(message)), *args)
+
+
+#: characters a one-line message shows escaped (control characters other than tab)
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def listing(items) -> str:

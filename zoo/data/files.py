@@ -81,13 +81,13 @@ _QUOTED_CHARS = 60
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f]")
 
 
-def _check_text(path: Path, source: str, content: str) -> None:
+def _check_text(path: Path, source: str, content: str, kind: str = "text file") -> None:
     """:class:`DataError` for a file that is not text (a control byte, or not UTF-8, in its first 64 KiB)."""
     with open(path, "rb") as handle:
         head = handle.read(_SNIFF_BYTES)
     control = _CONTROL.search(head)
     if control:
-        raise DataError(f"{source} is not a text file (control byte {control.group()[0]:#04x} at offset "
+        raise DataError(f"{source} is not a {kind} (control byte {control.group()[0]:#04x} at offset "
                         f"{control.start()}: binary data); it should hold {content}.")
     try:
         head.decode("utf-8")
@@ -114,7 +114,7 @@ def read_csv_table(path, what: str = "CSV file") -> CsvTable:
     """
     path = check_file(path, what, _CSV_CONTENT)
     source = f"{what} {path}"
-    _check_text(path, source, _CSV_CONTENT)
+    _check_text(path, source, _CSV_CONTENT, "text CSV file")
     try:
         header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
         frame = pd.read_csv(path)

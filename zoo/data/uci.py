@@ -178,6 +178,9 @@ def load_uci(name_or_path: str | os.PathLike, split: int = 0, targets=None) -> D
     """
     table = _read_uci_table(name_or_path, targets)
     n_splits = table.info["n_splits"]
+    if n_splits < 1:
+        raise DataError(f"UCI folder {table.folder} has no split: it needs index_train_0.txt and index_test_0.txt "
+                        f"(0-based row indices of the training and test rows; index_train_<k>.txt, ... for more)")
     if not isinstance(split, (int, np.integer)) or not 0 <= split < n_splits:
         raise DataError(
             f"split {split!r} is out of range for {table.name!r}: valid splits are 0..{n_splits - 1}."
