@@ -25,12 +25,13 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 import pyro
 import torch
 
-from inference.mcmc.chains import jittered_starts, sample_chains, sampling_warnings
+from inference.mcmc.budget import DEFAULT_TIME_BUDGET, WINDOW, sampler_advice, time_budget
+from inference.mcmc.chains import jittered_starts, last_layer_dim, sample_chains, sampling_warnings
 from inference.mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
 from inference.mcmc.kernels import build_hmc, build_nuts
 from inference.posterior import SamplePosterior
@@ -67,6 +68,10 @@ class ChainConfig:
             exceeds the compile time, :class:`inference.mcmc.compilation.LazyCompile`), ``True``
             (from the first iteration) or ``False``.  A network torch.compile cannot trace (a
             recurrent layer, no ``vmap`` rule) runs eagerly; a failed compile falls back to eager.
+        time_budget: seconds the whole fit may take (:data:`~inference.mcmc.budget.DEFAULT_TIME_BUDGET`, 120):
+            from the first iterations on, the fit's total wall time is projected, and a fit projected past
+            the budget stops with :class:`~inference.mcmc.budget.TimeBudgetExceeded`, whose message gives the
+            projection and what to change (:func:`~inference.mcmc.budget.time_budget`); ``None``: no budget.
     """
 
     num_chains: int = 4
@@ -85,6 +90,7 @@ class ChainConfig:
     init_jitter: float = 0.01
     compile: Union[bool, Literal["auto"]] = "auto"
     pool_adaptation: bool = False
+    time_budget: Optional[float] = DEFAULT_TIME_BUDGET
 
     def validate(self):
         for name in ("num_chains", "num_samples", "thin"):
@@ -103,6 +109,8 @@ class ChainConfig:
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a non-negative number, got {getattr(self, name)}")
+        if self.time_budget is not None and not (math.isfinite(float(self.time_budget)) and self.time_budget > 0):
+            raise ValueError(f"time_budget must be a positive number of seconds or None (no budget), got {self.time_budget}")
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"compile must be true, false or 'auto', got {self.compile!r}")
         if self.init not in INIT_STRATEGIES:
@@ -150,6 +158,13 @@ class HMCBackend(Backend):
     def _transition(self, potential, config, compile: bool):
         return build_hmc(potential, compile, config.max_energy_error, config.num_steps, config.step_jitter)
 
+    def _advice(self, config, bnn, x, dim: int, projection) -> list:
+        """What would bring the fit within ``config.time_budget`` (:func:`~inference.mcmc.budget.sampler_advice`)."""
+        return sampler_advice(projection, counts={"warmup_steps": config.warmup_steps, "num_samples": config.num_samples},
+                              num_chains=config.num_chains, dim=dim, last_dim=last_layer_dim(bnn, x),
+                              max_tree_depth=getattr(config, "max_tree_depth", None),
+                              num_steps=getattr(config, "num_steps", None))
+
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
         pyro.set_rng_seed(seed)
@@ -165,13 +180,18 @@ class HMCBackend(Backend):
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
         starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
+        total = config.warmup_steps + config.num_samples * config.thin
+        monitor = None if config.time_budget is None else time_budget(
+            config.time_budget, total, started, name=self.name, check_until=config.warmup_steps + WINDOW,
+            advise=partial(self._advice, config, bnn, x, potential.dim), forecast=transition.forecast,
+        )  # fmt: skip
         with torch.no_grad(), frozen_deterministic(bnn):
             z, stats, record = sample_chains(
                 potential, starts, transition, generator, progress, self.name, warmup_steps=config.warmup_steps,
                 num_samples=config.num_samples, thin=config.thin, step_size=config.step_size,
                 target_accept=config.target_accept, dense_mass=config.dense_mass,
                 pool_adaptation=config.pool_adaptation, adapt_step_size=config.adapt_step_size,
-                adapt_mass=config.adapt_mass,
+                adapt_mass=config.adapt_mass, monitor=monitor,
             )  # fmt: skip
         divergences, saturated = sampling_warnings(self.name, stats, config.target_accept,
                                                    getattr(config, "max_tree_depth", None), stacklevel=3)

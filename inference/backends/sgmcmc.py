@@ -36,7 +36,8 @@ from typing import Callable, Optional
 import pyro
 import torch
 
-from inference.mcmc.chains import jittered_starts
+from inference.mcmc.budget import DEFAULT_TIME_BUDGET, WINDOW, sampler_advice, time_budget
+from inference.mcmc.chains import jittered_starts, last_layer_dim
 from inference.mcmc.driver import thinned
 from inference.sgmcmc.runner import curvature_step_size, cycle_draw_index, gradient_estimator, sample_sgmcmc
 from inference.sgmcmc.step_sizes import (
@@ -84,6 +85,10 @@ class SGMCMCConfig:
             the start sets the noise level: after 1000 steps it was still 95 (prior median 69),
             after 3000 the overfitted ~1 500 (docs/mcmc.md, "SG-MCMC step sizes").
         init_jitter: sd of the Gaussian jitter added to each chain's start.
+        time_budget: seconds the whole fit may take (:data:`~inference.mcmc.budget.DEFAULT_TIME_BUDGET`, 120);
+            a fit whose first steps project past it stops with
+            :class:`~inference.mcmc.budget.TimeBudgetExceeded` (the projection and what to change);
+            ``None``: no budget.
     """
 
     num_chains: int = 4
@@ -95,6 +100,7 @@ class SGMCMCConfig:
     map_steps: int = 2000
     map_lr: float = 0.01
     init_jitter: float = 0.01
+    time_budget: Optional[float] = DEFAULT_TIME_BUDGET
 
     def validate(self):
         for name in ("num_chains", "num_samples", "thin"):
@@ -115,6 +121,8 @@ class SGMCMCConfig:
             raise ValueError(f"init_jitter must be non-negative, got {self.init_jitter}")
         if self.init not in INIT_STRATEGIES:
             raise ValueError(f"unknown init {self.init!r}; valid: {', '.join(INIT_STRATEGIES)}")
+        if self.time_budget is not None and not (math.isfinite(float(self.time_budget)) and self.time_budget > 0):
+            raise ValueError(f"time_budget must be a positive number of seconds or None (no budget), got {self.time_budget}")
 
 
 @dataclass
@@ -239,6 +247,24 @@ class SGMCMCBackend(Backend):
         """Step ``t`` (0-based) → the draw slot of the state after it, or ``None``."""
         return thinned(config.warmup_steps, config.thin)
 
+    def step_counts(self, config) -> dict:
+        """The options that set the number of steps, scaled down together by the budget's advice."""
+        return {"warmup_steps": config.warmup_steps, "num_samples": config.num_samples}
+
+    def _monitor(self, bnn, x, config, dim: int, started: float):
+        """The :func:`~inference.mcmc.budget.time_budget` of ``config`` (``None`` without one): projected from the
+        steps' median time, checked over the first tenth of the run (a step's cost does not change)."""
+        if config.time_budget is None:
+            return None
+        total = self.num_iterations(config)
+
+        def advise(projection):
+            return sampler_advice(projection, counts=self.step_counts(config), num_chains=config.num_chains, dim=dim,
+                                  last_dim=last_layer_dim(bnn, x if isinstance(x, torch.Tensor) else None))
+
+        return time_budget(config.time_budget, total, started, name=self.name, advise=advise,
+                           check_until=total // 10 + WINDOW)
+
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         return self._run(bnn, x, y, config, seed, progress)
 
@@ -298,6 +324,7 @@ class SGMCMCBackend(Backend):
             num_iterations=self.num_iterations(config), num_draws=config.num_samples,
             draw_index=self.draw_index(config), num_warmup=getattr(config, "warmup_steps", 0), progress=progress,
             desc=f"{self.name} ({config.num_chains} chains)",
+            monitor=self._monitor(bnn, x, config, potential.dim, started),
         )  # fmt: skip
 
 
@@ -354,6 +381,9 @@ class CyclicalSGMCMCBackend(SGMCMCBackend):
 
     def num_iterations(self, config) -> int:
         return config.num_cycles * config.length
+
+    def step_counts(self, config) -> dict:
+        return {"thin": config.thin}  # the cycles' length is proportional to it, the draws stay num_samples
 
     def draw_index(self, config):
         return cycle_draw_index(config.length, config.num_samples // config.num_cycles, config.thin,

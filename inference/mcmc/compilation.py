@@ -32,14 +32,18 @@ child processes on another core while the start and the first eager iterations g
 """
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import warnings
+from collections import deque
 from typing import Callable, Optional
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
+from inference.mcmc.budget import WINDOW, Forecast
 
 __all__ = ["COMPILE_MODES", "COLD_COMPILE_SECONDS", "COMPILED_COST_FRACTION", "EagerOverBudget", "LazyCompile",
            "compile_blocker", "eager_budget", "interruptible", "should_compile", "unit_key", "warm_cpu_compiler"]
@@ -167,7 +171,8 @@ class LazyCompile:
     After the run, :attr:`record` holds ``compile`` (the mode), ``compiled_from`` (the first
     compiled iteration or ``None``), ``compile_seconds`` (that call's wall time),
     ``compile_skipped`` (the blocker, if any) and ``eager_abandoned`` (the iteration whose eager run was
-    abandoned for the compiled one, or ``None``).
+    abandoned for the compiled one, or ``None``).  :meth:`forecast` gives the cost of the remaining
+    iterations (for :func:`inference.mcmc.budget.time_budget`).
     """
 
     def __init__(self, build: Callable[[bool], Callable], mode, total: int, key: tuple, blocker: Optional[str] = None,
@@ -185,17 +190,37 @@ class LazyCompile:
         if self.enabled and device is not None and torch.device(device).type == "cpu":
             warm_cpu_compiler()
         self.done, self.eager_seconds = 0, 0.0
+        self._recent = deque(maxlen=WINDOW)  # seconds of the recent calls in the current mode (no compile call)
         if self.enabled and mode is True:
             self._switch()
 
     def _switch(self) -> None:
         self.compiled = self.build(True)
         self.record["compiled_from"] = self.done
+        self._recent.clear()
+
+    def forecast(self, measured: Optional[float] = None) -> Optional[Forecast]:
+        """The cost of the iterations still to run (``measured``, the caller's own rate, is not used: the
+        calls are timed here, per mode), or ``None`` before a call has been timed in the current mode.
+
+        Compiled: the median of the recent compiled calls (the first, which compiled, left out).  Eager
+        with compilation possible: what :func:`should_compile` would choose for the remaining iterations —
+        the compiled rate (:data:`COMPILED_COST_FRACTION` of the eager median) and the expected compile
+        time when compiling pays, else the eager median.  Eager only: the eager median."""
+        if not self._recent:
+            return None
+        rate = statistics.median(self._recent)
+        remaining = self.total - self.done
+        if self.compiled is None and self.enabled and remaining * rate * (1 - COMPILED_COST_FRACTION) > self._compile_seconds():
+            return Forecast(rate * COMPILED_COST_FRACTION, self._compile_seconds())
+        return Forecast(rate)
 
     def __call__(self, state, *args):
         if self.compiled is None:
+            began = time.perf_counter()
             out = self._eager(state, args)
             if out is not _ABANDONED:
+                self._recent.append(time.perf_counter() - began)
                 self.done += 1
                 if self.enabled and should_compile(self.eager_seconds, self.done, self.total, self._compile_seconds()):
                     self._switch()
@@ -208,7 +233,9 @@ class LazyCompile:
             bar.update(1)
             bar.close()
         else:
+            began = time.perf_counter()
             out = self.compiled(state, *args)
+            self._recent.append(time.perf_counter() - began)
         self.done += 1
         return out
 

@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from inference.mcmc.budget import Monitor
 from inference.mcmc.driver import run_chains
 from inference.optim.batches import LoaderBatches, minibatches
 from inference.optim.potential import Potential, frozen_deterministic
@@ -105,11 +106,12 @@ def cycle_draw_index(length: int, per_cycle: int, thin: int, sampling_steps: int
 
 def sample_sgmcmc(bnn, potential: Potential, kernel: Kernel, z: torch.Tensor, generator: torch.Generator, info: dict,
                   started: float, *, num_iterations: int, num_draws: int, draw_index: Callable[[int], Optional[int]],
-                  num_warmup: int, progress: bool, desc: str) -> SamplePosterior:
+                  num_warmup: int, progress: bool, desc: str, monitor: Optional[Monitor] = None) -> SamplePosterior:
     """Run ``kernel`` from the starts ``z`` ``[C, D]`` for ``num_iterations`` steps (the first ``num_warmup``
     burn-in), keeping the ``num_draws`` draws of ``draw_index``; the posterior's ``info`` is ``info`` with
     ``fit_seconds`` since ``started`` (``time.perf_counter``).  The steps run without gradients and with
-    the deterministic parameters frozen (:func:`~inference.optim.potential.frozen_deterministic`).
+    the deterministic parameters frozen (:func:`~inference.optim.potential.frozen_deterministic`); ``monitor``
+    (a :func:`~inference.mcmc.budget.time_budget`) may stop them.
 
     Raises:
         NonFiniteLossError: a non-finite log density or gradient at the starts (the starts as one draw
@@ -134,7 +136,7 @@ def sample_sgmcmc(bnn, potential: Potential, kernel: Kernel, z: torch.Tensor, ge
             raise NonFiniteLossError(0, "the log density or its gradient", posterior(None, {}, 0, z))
         run = run_chains(
             step, state, num_iterations=num_iterations, num_draws=num_draws, draw_index=draw_index,
-            num_warmup=num_warmup, stop_on_non_finite=True, progress=progress, desc=desc,
+            num_warmup=num_warmup, stop_on_non_finite=True, progress=progress, desc=desc, monitor=monitor,
         )  # fmt: skip
     if run.stopped_at is not None:  # steps taken when the non-finite value appeared
         result = posterior(run.z, run.stats, run.num_kept, run.state.z)
