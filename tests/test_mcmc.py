@@ -28,7 +28,7 @@ from lab.run_spec import RunSpec
 from lab.runs import execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
-FAST = {"compile": False, "init": "current"}
+FAST = {"compile": False, "init": "current", "time_budget": None}  # tested for speed in test_mcmc_budget.py
 
 
 def linear_bnn(data, bias=True, learn_noise=False):

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from conftest import make_conjugate_regression
-from test_mcmc import FAST, linear_bnn
+from test_mcmc import FAST as NO_BUDGET, linear_bnn
+
+FAST = {k: v for k, v in NO_BUDGET.items() if k != "time_budget"}
 from inference import TimeBudgetExceeded, fit
 from inference.mcmc.budget import (
     MIN_ITERATIONS, WINDOW, Forecast, Projection, duration, projected_seconds, sampler_advice, time_budget,
@@ -73,6 +75,17 @@ def test_a_run_within_its_budget_is_never_stopped_and_checks_end_after_check_unt
     # slow iterations after the checks have ended do not stop it
     monitor = time_budget(100.0, 200, 0.0, name="hmc", advise=lambda p: [], check_until=20, clock=clock)
     run(monitor, clock, [0.1] * 20 + [10.0] * 30)
+
+
+def test_a_run_with_little_left_to_run_is_not_stopped_for_what_is_already_spent():
+    clock = Clock()
+    clock.now = 110.0  # a start slowed down by other jobs
+    monitor = time_budget(120.0, 400, 0.0, name="hmc", advise=lambda p: [], check_until=400, clock=clock)
+    run(monitor, clock, [0.05] * 400)  # 110 + 20 s > 120 s, but only 20 s < 30 s would be saved
+    clock.now = 110.0
+    monitor = time_budget(120.0, 400, 0.0, name="hmc", advise=lambda p: [], check_until=400, clock=clock)
+    with pytest.raises(TimeBudgetExceeded):
+        run(monitor, clock, [0.1] * 400)  # 40 s left: worth stopping
 
 
 def test_the_median_of_the_recent_iterations_ignores_one_slow_compile():

@@ -22,7 +22,7 @@ from inference.sgmcmc.updates import sghmc, sgld
 from inference.sgmcmc.step_sizes import VARIANCE_INFLATION, sghmc_step_size, sgld_step_size, spectral_radius
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
-COMMON = {"batch_size": None, "init": "current"}
+COMMON = {"batch_size": None, "init": "current", "time_budget": None}
 CASES = {
     "sgld": {"num_chains": 4, "warmup_steps": 300, "num_samples": 4000, "thin": 1, "step_size": 2.5e-3, "step_decay": 0.0},
     "psgld": {"num_chains": 4, "warmup_steps": 300, "num_samples": 4000, "thin": 1, "step_size": 8e-4, "step_decay": 0.0},
@@ -64,7 +64,8 @@ def test_kernel_recovers_conjugate_posterior(conjugate_regression, case):
 # direction's autocorrelation time ≈ 130 steps, so 32 chains × 1 000 steps give an MC error of
 # the mean ≈ 0.06 sd and of the sd ≈ 5 %.  Over seeds 0–2 the means were within 0.15 sd and the
 # sds within 9 % (sgld, psgld, sghmc).
-DEFAULT_STEP_RUN = {"batch_size": 50, "map_steps": 300, "num_chains": 32, "warmup_steps": 500, "num_samples": 250, "thin": 4}
+DEFAULT_STEP_RUN = {"batch_size": 50, "map_steps": 300, "num_chains": 32, "warmup_steps": 500, "num_samples": 250, "thin": 4,
+                    "time_budget": None}
 
 
 @pytest.mark.parametrize("backend", ["sgld", "psgld", "sghmc"])

@@ -12,8 +12,14 @@ This module holds the options and assembles the parts of :mod:`inference.mcmc`:
   (:func:`inference.mcmc.kernels.build_hmc`).
 * ``nuts`` — multinomial NUTS with the generalised U-turn criterion (Hoffman & Gelman
   2014; Betancourt 2017), iterative tree building (:mod:`inference.mcmc.nuts`).
+* the output module on cached features — :mod:`inference.optim.output_head`: when the random weights are
+  the module whose output the network returns, its input is computed once after the start and each
+  gradient runs that module only (the same density);
 * the start — :func:`inference.optim.start.initial_point`, jittered per chain
   (:func:`inference.mcmc.chains.jittered_starts`).
+* the time budget — :func:`inference.mcmc.budget.time_budget` stops a fit projected past ``time_budget``;
+* convergence — :func:`inference.mcmc.convergence.chain_convergence`: R-hat / ESS of ``f_mean``,
+  ``log_joint`` and the latents in ``post.info`` (with a warning when the chains have not mixed);
 * warm-up and sampling — :func:`inference.mcmc.chains.sample_chains`: Stan's windowed adaptation
   (:func:`inference.mcmc.adaptation.window_adaptation`: dual-averaging step size, Welford (co)variance
   metric in doubling windows; per-chain, fixed after warm-up, so the draws are exact) on the loop of
@@ -32,9 +38,11 @@ import torch
 
 from inference.mcmc.budget import DEFAULT_TIME_BUDGET, WINDOW, sampler_advice, time_budget
 from inference.mcmc.chains import jittered_starts, last_layer_dim, sample_chains, sampling_warnings
+from inference.mcmc.convergence import chain_convergence
 from inference.mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
 from inference.mcmc.kernels import build_hmc, build_nuts
 from inference.posterior import SamplePosterior
+from inference.optim.output_head import head_module
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.start import INIT_STRATEGIES, initial_point
 from inference.backends.base import Backend, NonFiniteLossError
@@ -170,11 +178,12 @@ class HMCBackend(Backend):
         pyro.set_rng_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
+        head, no_head = head_module(bnn, x)  # sampled on cached features when the random weights are the output module
         transition = LazyCompile(  # before the start: on a CPU it begins warming the compiler in the background
             partial(self._transition, potential, config), config.compile,
-            config.warmup_steps + config.num_samples * config.thin, unit_key(self.name, potential, config.num_chains),
-            compile_blocker(bnn), progress, desc=f"{self.name}: compiling the {self.unit} (once per fit)",
-            device=potential.device,
+            config.warmup_steps + config.num_samples * config.thin,
+            unit_key(self.name, potential, config.num_chains, head), compile_blocker(bnn, head), progress,
+            desc=f"{self.name}: compiling the {self.unit} (once per fit)", device=potential.device,
         )  # fmt: skip
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed)
         if not bool(torch.isfinite(z0).all()):
@@ -185,7 +194,7 @@ class HMCBackend(Backend):
             config.time_budget, total, started, name=self.name, check_until=config.warmup_steps + WINDOW,
             advise=partial(self._advice, config, bnn, x, potential.dim), forecast=transition.forecast,
         )  # fmt: skip
-        with torch.no_grad(), frozen_deterministic(bnn):
+        with torch.no_grad(), frozen_deterministic(bnn), potential.cached_head(head):
             z, stats, record = sample_chains(
                 potential, starts, transition, generator, progress, self.name, warmup_steps=config.warmup_steps,
                 num_samples=config.num_samples, thin=config.thin, step_size=config.step_size,
@@ -193,8 +202,10 @@ class HMCBackend(Backend):
                 pool_adaptation=config.pool_adaptation, adapt_step_size=config.adapt_step_size,
                 adapt_mass=config.adapt_mass, monitor=monitor,
             )  # fmt: skip
-        divergences, saturated = sampling_warnings(self.name, stats, config.target_accept,
-                                                   getattr(config, "max_tree_depth", None), stacklevel=3)
+            divergences, saturated = sampling_warnings(self.name, stats, config.target_accept,
+                                                       getattr(config, "max_tree_depth", None), stacklevel=3)
+            convergence = chain_convergence(self.name, potential, z, log_density=stats["lp"],
+                                            tree_depth_saturated=saturated, stacklevel=3)
         info = {
             "backend": self.name,
             "config": asdict(config),
@@ -204,6 +215,9 @@ class HMCBackend(Backend):
             "num_random": potential.dim,
             "divergences": divergences,
             "tree_depth_saturated": saturated,
+            "output_head": head,
+            "output_head_skipped": no_head,
+            **convergence,
             **init_record,
             **record,
             **transition.record,

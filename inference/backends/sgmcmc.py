@@ -46,6 +46,7 @@ from inference.sgmcmc.step_sizes import (
 from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from inference.posterior import SamplePosterior
 from inference.optim.batches import LoaderBatches, loader_info
+from inference.optim.output_head import head_module
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.map import MAPOptions
 from inference.optim.start import INIT_STRATEGIES, MAP_BATCH_SIZE, initial_point, map_epochs
@@ -314,6 +315,7 @@ class SGMCMCBackend(Backend):
             "num_data": potential.num_data,
             "num_chains": config.num_chains,
             "num_random": potential.dim,
+            "output_head": None if loader is not None else head_module(bnn, x)[0],
             **init_record,
             **loader_info(x),
         }
@@ -325,6 +327,8 @@ class SGMCMCBackend(Backend):
             draw_index=self.draw_index(config), num_warmup=getattr(config, "warmup_steps", 0), progress=progress,
             desc=f"{self.name} ({config.num_chains} chains)",
             monitor=self._monitor(bnn, x, config, potential.dim, started),
+            head=info["output_head"],
+            first_batch=None if loader is None else lambda: next(iter(loader.epoch(generator))),
         )  # fmt: skip
 
 

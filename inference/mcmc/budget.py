@@ -8,7 +8,9 @@ it projects the fit's total wall time,
     T̂ = elapsed + pending + (remaining iterations) · (seconds per iteration),
 
 from the recent iterations, and raises :class:`TimeBudgetExceeded` — with the projection and what to
-change — as soon as T̂ exceeds the budget, instead of letting the fit run on.  ``elapsed`` counts from
+change — as soon as T̂ exceeds the budget, instead of letting the fit run on; unless what is left,
+T̂ − elapsed, is under :data:`MIN_SAVING` of the budget: stopping then would save little of what
+is already spent (a start or a compile slowed down by other jobs, say).  ``elapsed`` counts from
 the fit's start (its MAP start included); the rate is the median of the last :data:`WINDOW`
 iterations timed in one mode, or a :class:`Forecast` that the transition gives (a sampler that is still
 eager but will compile: the compiled rate and the compile still to pay, see
@@ -31,7 +33,7 @@ import statistics
 import time
 from typing import Callable, NamedTuple, Optional
 
-__all__ = ["DEFAULT_TIME_BUDGET", "MIN_ITERATIONS", "WINDOW", "Forecast", "Projection", "BudgetState", "Monitor",
+__all__ = ["DEFAULT_TIME_BUDGET", "MIN_ITERATIONS", "WINDOW", "MIN_SAVING", "Forecast", "Projection", "BudgetState", "Monitor",
            "TimeBudgetExceeded", "projected_seconds", "time_budget", "duration", "sampler_advice"]
 
 #: seconds a sampler's default fit may take (``time_budget``): the ``fit(bnn, x, y, backend=B)`` of a
@@ -41,6 +43,8 @@ DEFAULT_TIME_BUDGET = 120.0
 MIN_ITERATIONS = 3
 #: recent iterations whose median time is the rate
 WINDOW = 10
+#: a fit past its budget is stopped only when what is left to run is at least this share of the budget
+MIN_SAVING = 0.25
 
 
 class Forecast(NamedTuple):
@@ -159,7 +163,7 @@ def time_budget(
 
     ``update(state, seconds, info)`` takes the iteration's wall ``seconds`` and the transition's ``info``
     (``{name: [C] tensor}``; the means of ``n_steps`` and ``tree_depth`` are kept for the advice) and
-    raises :class:`TimeBudgetExceeded` when T̂ > ``budget``.
+    raises :class:`TimeBudgetExceeded` when T̂ > ``budget`` and T̂ − elapsed ≥ :data:`MIN_SAVING` · ``budget``.
     """
     budget = float(budget)
 
@@ -179,7 +183,7 @@ def time_budget(
             return state
         elapsed = clock() - started
         projected = projected_seconds(elapsed, total - done, expected)
-        if projected > budget:
+        if projected > budget and projected - elapsed >= MIN_SAVING * budget:
             keys = {key for summary in state.recent_info for key in summary}
             means = {key: statistics.fmean(s[key] for s in state.recent_info if key in s) for key in keys}
             projection = Projection(elapsed, projected, budget, done, total, expected.seconds_per_iteration,

@@ -116,13 +116,17 @@ def warm_cpu_compiler() -> Optional[threading.Thread]:
     return _warming[0]
 
 
-def compile_blocker(bnn) -> Optional[str]:
+def compile_blocker(bnn, head: Optional[str] = None) -> Optional[str]:
     """Why ``torch.compile`` cannot compile the potential of ``bnn``, or ``None``.
 
     Recurrent modules (``nn.RNNBase``: GRU, LSTM, RNN) are not traced by dynamo and have no ``vmap``
     batching rule; a network that :meth:`~zoo.bnn.BayesianNetwork.check_forward` found ``vmap`` cannot
     batch is evaluated draw by draw, a Python loop that cannot go inside the compiled ``while_loop``.
+    With ``head`` (the sampled output module evaluated on cached features, :mod:`inference.optim.output_head`)
+    only that module is compiled, and the body does not matter.
     """
+    if head is not None:
+        return None
     recurrent = next((type(m).__name__ for m in bnn.net.modules() if isinstance(m, nn.RNNBase)), None)
     if recurrent is not None:
         return f"the network has a recurrent layer ({recurrent}), which torch.compile does not trace"

@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from inference.mcmc.budget import Monitor
+from inference.mcmc.convergence import chain_convergence
 from inference.mcmc.driver import run_chains
 from inference.optim.batches import LoaderBatches, minibatches
 from inference.optim.potential import Potential, frozen_deterministic
@@ -106,12 +107,17 @@ def cycle_draw_index(length: int, per_cycle: int, thin: int, sampling_steps: int
 
 def sample_sgmcmc(bnn, potential: Potential, kernel: Kernel, z: torch.Tensor, generator: torch.Generator, info: dict,
                   started: float, *, num_iterations: int, num_draws: int, draw_index: Callable[[int], Optional[int]],
-                  num_warmup: int, progress: bool, desc: str, monitor: Optional[Monitor] = None) -> SamplePosterior:
+                  num_warmup: int, progress: bool, desc: str, monitor: Optional[Monitor] = None,
+                  head: Optional[str] = None, first_batch: Optional[Callable[[], tuple]] = None) -> SamplePosterior:
     """Run ``kernel`` from the starts ``z`` ``[C, D]`` for ``num_iterations`` steps (the first ``num_warmup``
     burn-in), keeping the ``num_draws`` draws of ``draw_index``; the posterior's ``info`` is ``info`` with
     ``fit_seconds`` since ``started`` (``time.perf_counter``).  The steps run without gradients and with
-    the deterministic parameters frozen (:func:`~inference.optim.potential.frozen_deterministic`); ``monitor``
-    (a :func:`~inference.mcmc.budget.time_budget`) may stop them.
+    the deterministic parameters frozen (:func:`~inference.optim.potential.frozen_deterministic`) and, with
+    ``head``, the output module evaluated on cached features (:meth:`~inference.optim.potential.Potential.
+    cached_head`); ``monitor`` (a :func:`~inference.mcmc.budget.time_budget`) may stop them.  The draws'
+    convergence (:func:`~inference.mcmc.convergence.chain_convergence`, on the potential's rows, or on the
+    batch ``first_batch()`` returns for a DataLoader fit) goes into ``info``, with a warning when the chains
+    have not mixed.
 
     Raises:
         NonFiniteLossError: a non-finite log density or gradient at the starts (the starts as one draw
@@ -130,7 +136,7 @@ def sample_sgmcmc(bnn, potential: Potential, kernel: Kernel, z: torch.Tensor, ge
         new = kernel.update(state, generator)
         return new, {"lp": new.log_density, "step_size": torch.full_like(new.log_density, kernel.step_size(state.step))}
 
-    with torch.no_grad(), frozen_deterministic(bnn):
+    with torch.no_grad(), frozen_deterministic(bnn), potential.cached_head(head):
         state = kernel.init(z)
         if not bool(torch.isfinite(state.log_density).all() and torch.isfinite(state.grad).all()):
             raise NonFiniteLossError(0, "the log density or its gradient", posterior(None, {}, 0, z))
@@ -138,6 +144,9 @@ def sample_sgmcmc(bnn, potential: Potential, kernel: Kernel, z: torch.Tensor, ge
             step, state, num_iterations=num_iterations, num_draws=num_draws, draw_index=draw_index,
             num_warmup=num_warmup, stop_on_non_finite=True, progress=progress, desc=desc, monitor=monitor,
         )  # fmt: skip
+        if run.stopped_at is None:
+            batch = first_batch() if first_batch is not None else None
+            info.update(chain_convergence(info["backend"], potential, run.z, batch=batch, stacklevel=5))
     if run.stopped_at is not None:  # steps taken when the non-finite value appeared
         result = posterior(run.z, run.stats, run.num_kept, run.state.z)
         raise NonFiniteLossError(run.stopped_at + 1, "the log density or its gradient", result)
