@@ -36,9 +36,11 @@ from typing import Literal, Optional, Union
 import pyro
 import torch
 
+from inference.mcmc.adaptation import metric_choice
 from inference.mcmc.budget import DEFAULT_TIME_BUDGET, WINDOW, sampler_advice, time_budget
 from inference.mcmc.chains import jittered_starts, last_layer_dim, sample_chains, sampling_warnings
 from inference.mcmc.convergence import chain_convergence
+from inference.mcmc.initial_metric import CURVATURE_MAX_DIM, curvature_metric, hessian
 from inference.mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
 from inference.mcmc.kernels import build_hmc, build_nuts
 from inference.posterior import SamplePosterior
@@ -62,15 +64,23 @@ class ChainConfig:
         step_size: initial leapfrog step size (refined by the warm-up).
         target_accept: dual-averaging target of the mean acceptance probability.
         adapt_step_size / adapt_mass: switch the warm-up adaptations.
-        dense_mass: adapt a dense instead of a diagonal inverse mass matrix.
+        dense_mass: adapt a dense (``True``) or a diagonal (``False``) inverse mass matrix; ``"auto"`` (default):
+            dense for up to 200 dimensions when the last adaptation window holds at least 2 draws per
+            dimension over all chains (a last layer at the defaults), else diagonal
+            (:func:`~inference.mcmc.adaptation.metric_choice`).
         max_energy_error: an energy error above this marks a divergent transition.
         init: ``"map"`` (the ``map`` backend's MAP fit first) or ``"current"`` (the network's weights).
         map_steps / map_lr: the MAP fit's budget of minibatch Adam steps and its learning rate
             (:func:`inference.optim.start.initial_point`).
         init_jitter: sd of the Gaussian jitter added to the start of every chain
             (unconstrained coordinates).
+        init_metric: the warm-up's first metric: ``"curvature"`` (default), the inverse of the Hessian of −log π at
+            the start (eigenvalues' absolute values, floored; its diagonal for a diagonal metric;
+            :mod:`inference.mcmc.initial_metric`) for up to 2000 dimensions, else the identity; ``"identity"``:
+            M⁻¹ = I, as Stan and NumPyro.
         pool_adaptation: estimate one inverse mass matrix from the warm-up draws of all
-            chains together (C times the draws of a per-chain estimate) instead of one per chain.
+            chains together (C times the draws of a per-chain estimate) instead of one per chain;
+            ``"auto"`` (default): pooled for a dense metric, per chain for a diagonal one.
         compile: ``torch.compile`` the NUTS subtree / HMC leapfrog step with the potential and its
             gradient: ``"auto"`` (compile once the measured eager cost of the remaining iterations
             exceeds the compile time, :class:`inference.mcmc.compilation.LazyCompile`), ``True``
@@ -90,14 +100,15 @@ class ChainConfig:
     target_accept: float = 0.8
     adapt_step_size: bool = True
     adapt_mass: bool = True
-    dense_mass: bool = False
+    dense_mass: Union[bool, Literal["auto"]] = "auto"
     max_energy_error: float = 1000.0
     init: str = "map"
     map_steps: int = 2000
     map_lr: float = 0.01
     init_jitter: float = 0.01
     compile: Union[bool, Literal["auto"]] = "auto"
-    pool_adaptation: bool = False
+    pool_adaptation: Union[bool, Literal["auto"]] = "auto"
+    init_metric: Literal["curvature", "identity"] = "curvature"
     time_budget: Optional[float] = DEFAULT_TIME_BUDGET
 
     def validate(self):
@@ -119,6 +130,11 @@ class ChainConfig:
                 raise ValueError(f"{name} must be a non-negative number, got {getattr(self, name)}")
         if self.time_budget is not None and not (math.isfinite(float(self.time_budget)) and self.time_budget > 0):
             raise ValueError(f"time_budget must be a positive number of seconds or None (no budget), got {self.time_budget}")
+        if self.init_metric not in ("curvature", "identity"):
+            raise ValueError(f"init_metric must be 'curvature' or 'identity', got {self.init_metric!r}")
+        for name in ("dense_mass", "pool_adaptation"):
+            if getattr(self, name) not in (True, False, "auto"):
+                raise ValueError(f"{name} must be true, false or 'auto', got {getattr(self, name)!r}")
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"compile must be true, false or 'auto', got {self.compile!r}")
         if self.init not in INIT_STRATEGIES:
@@ -189,18 +205,25 @@ class HMCBackend(Backend):
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
         starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
+        dense, pooled = metric_choice(config.dense_mass, config.pool_adaptation, potential.dim, config.warmup_steps,
+                                      config.num_chains)
         total = config.warmup_steps + config.num_samples * config.thin
         monitor = None if config.time_budget is None else time_budget(
             config.time_budget, total, started, name=self.name, check_until=config.warmup_steps + WINDOW,
             advise=partial(self._advice, config, bnn, x, potential.dim), forecast=transition.forecast,
         )  # fmt: skip
         with torch.no_grad(), frozen_deterministic(bnn), potential.cached_head(head):
+            metric_started = time.perf_counter()
+            metric = None
+            if config.init_metric == "curvature" and potential.dim <= CURVATURE_MAX_DIM:
+                metric = curvature_metric(hessian(potential.log_density, z0), config.num_chains, dense)
+            metric_seconds = time.perf_counter() - metric_started
             z, stats, record = sample_chains(
                 potential, starts, transition, generator, progress, self.name, warmup_steps=config.warmup_steps,
                 num_samples=config.num_samples, thin=config.thin, step_size=config.step_size,
-                target_accept=config.target_accept, dense_mass=config.dense_mass,
-                pool_adaptation=config.pool_adaptation, adapt_step_size=config.adapt_step_size,
-                adapt_mass=config.adapt_mass, monitor=monitor,
+                target_accept=config.target_accept, dense_mass=dense,
+                pool_adaptation=pooled, adapt_step_size=config.adapt_step_size,
+                adapt_mass=config.adapt_mass, monitor=monitor, initial_metric=metric,
             )  # fmt: skip
             divergences, saturated = sampling_warnings(self.name, stats, config.target_accept,
                                                        getattr(config, "max_tree_depth", None), stacklevel=3)
@@ -216,6 +239,8 @@ class HMCBackend(Backend):
             "divergences": divergences,
             "tree_depth_saturated": saturated,
             "output_head": head,
+            "metric": {"dense": dense, "pooled": pooled, "initial": "curvature" if metric is not None else "identity",
+                       "initial_seconds": metric_seconds},
             "output_head_skipped": no_head,
             **convergence,
             **init_record,

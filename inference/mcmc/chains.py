@@ -22,6 +22,7 @@ from inference.mcmc.adaptation import find_step_size, window_adaptation
 from inference.mcmc.budget import Monitor
 from inference.mcmc.driver import run_chains, thinned
 from inference.mcmc.kernels import HMCState
+from inference.mcmc.mass_matrix import Metric
 from inference.optim.potential import Potential
 
 __all__ = ["jittered_starts", "sample_chains", "sampling_warnings", "last_layer_dim"]
@@ -37,7 +38,7 @@ def sample_chains(
     potential: Potential, z0: torch.Tensor, transition: Callable, generator: torch.Generator, progress: bool,
     name: str, *, warmup_steps: int, num_samples: int, thin: int, step_size: float, target_accept: float,
     dense_mass: bool, pool_adaptation: bool, adapt_step_size: bool, adapt_mass: bool,
-    monitor: Optional[Monitor] = None,
+    monitor: Optional[Monitor] = None, initial_metric: Optional[Metric] = None,
 ) -> tuple[torch.Tensor, dict, dict]:
     """Warm up and sample all chains; returns ``(z draws [C, S, D], stats {name: [C, S]}, record)``.
 
@@ -46,7 +47,8 @@ def sample_chains(
     adaptation iterations (``target_accept``, ``dense_mass``, ``pool_adaptation``, ``adapt_step_size``,
     ``adapt_mass`` of :func:`~inference.mcmc.adaptation.window_adaptation`, from ``step_size``) are
     followed by ``num_samples · thin`` iterations of which every ``thin``-th is kept.  ``monitor`` (a
-    :func:`~inference.mcmc.budget.time_budget`) may stop the run.
+    :func:`~inference.mcmc.budget.time_budget`) may stop the run; ``initial_metric`` is the warm-up's first
+    metric (default the identity).
 
     Raises:
         ValueError: the log density or its gradient is not finite at a start.
@@ -64,7 +66,7 @@ def sample_chains(
         adapt_step_size=adapt_step_size, adapt_mass=adapt_mass,
         find_step_size=lambda s, step_size, metric: find_step_size(vg, s, step_size, metric, generator),
     )  # fmt: skip
-    params = adaptation.init(state, torch.full((z0.shape[0],), float(step_size)))
+    params = adaptation.init(state, torch.full((z0.shape[0],), float(step_size)), initial_metric)
 
     def step(state, params):
         new, info = transition(state, params.step_size, params.metric, generator)
