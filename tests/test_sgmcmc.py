@@ -143,6 +143,29 @@ def test_cyclical_default_peak_follows_its_rule():
         assert math.isclose(post.info["config"]["step_size"], expected, rel_tol=1e-3)
 
 
+@pytest.mark.parametrize("rows, batch, length, thin", [(200, 32, 350, 1), (691, 32, 1100, 4), (1347, 32, 2150, 8),
+                                                        (40, None, 251, 1)])
+def test_cyclical_cycles_last_the_papers_epochs_and_hold_their_draws(rows, batch, length, thin):
+    """Zhang et al. 2020's 50 epochs per cycle (at least the 50 draws a cycle keeps, one step apart, in the last
+    20 %); the sampling phase's steps shared among the draws."""
+    steps_per_epoch = 1 if batch is None else math.ceil(rows / batch)
+    config = CyclicalConfig().resolved(steps_per_epoch)
+    assert (config.cycle_length, config.thin) == (length, thin)
+    assert config.length - math.ceil(0.8 * config.length) >= config.sampling_steps
+    given = CyclicalConfig(thin=10, cycle_epochs=1.0).resolved(7)  # too short for 50 draws 10 apart: lengthened
+    assert given.cycle_length == 2501 and given.thin == 10  # 500 / (1 − 0.8) + 1
+    assert given.length - math.ceil(0.8 * given.length) >= 500
+
+
+def test_cyclical_fit_records_its_resolved_cycles():
+    data = make_conjugate_regression(n=64)
+    post = fit(linear_bnn(data), data.x, data.y, backend="csgmcmc", seed=0, progress=False, init="current",
+               num_chains=2, num_samples=8, num_cycles=2, batch_size=16, time_budget=None)
+    config = post.info["config"]
+    assert (config["cycle_length"], config["thin"]) == (200, 10)  # 4 steps an epoch · 50 epochs; 40 sampling steps / 4 draws
+    assert post.draws["weight"].shape[:2] == (2, 8)
+
+
 def test_minibatch_sgld_is_close_to_the_posterior(conjugate_regression):
     data = conjugate_regression
     post = fit(linear_bnn(data), data.x, data.y, backend="sgld", seed=1, progress=False, batch_size=10,
@@ -170,7 +193,7 @@ def test_sgld_step_schedule_is_polynomial_decay():
 
 
 def test_cyclical_schedule_follows_zhang_et_al():
-    config = CyclicalConfig(num_samples=6, num_cycles=3, thin=2, exploration=0.5, step_size=0.4)
+    config = CyclicalConfig(num_samples=6, num_cycles=3, thin=2, exploration=0.5, step_size=0.4).resolved(1)
     backend = CyclicalSGMCMCBackend()
     kernel, length = backend.kernel(zero_gradient, config, num_data=1), config.length
     total = backend.num_iterations(config)

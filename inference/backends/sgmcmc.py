@@ -104,6 +104,9 @@ class SGMCMCConfig:
     time_budget: Optional[float] = DEFAULT_TIME_BUDGET
 
     def validate(self):
+        self._validate_shared()
+
+    def _validate_shared(self):
         for name in ("num_chains", "num_samples", "thin"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -173,8 +176,14 @@ class SGHMCConfig(SGLDConfig):
 @dataclass
 class CyclicalConfig(SGMCMCConfig):
     """Cyclical SG-MCMC: ``num_cycles`` M, ``exploration`` β, ``kernel`` (``sgld``/``sghmc``),
-    ``friction`` (SGHMC kernel) and ``cycle_length`` L in steps (default: just long enough for
-    ``num_samples / M`` draws ``thin`` steps apart in the sampling phase).
+    ``friction`` (SGHMC kernel) and the cycle length L: ``cycle_length`` steps, or by default
+    ``cycle_epochs`` epochs of minibatch steps, as Zhang et al. 2020 (200 epochs in 4 cycles: 50 each),
+    at least long enough for the ``num_samples / M`` draws of each cycle, ``thin`` steps apart, in its
+    sampling phase (the last 1 − β of it).  ``thin`` ``None`` (default): the sampling phase's steps
+    shared evenly among the cycle's draws.  So the run's length follows the data size: 200 rows in
+    minibatches of 32 (7 steps an epoch) run 4 cycles of 350 steps (thin 1), 691 rows 4 × 1 100 (thin 4),
+    1 347 rows 4 × 2 150 (thin 8); the earlier default (cycles just long enough for 50 draws 10 steps
+    apart) ran 4 × 2 501 steps whatever the data (:meth:`resolved`).
 
     ``step_size`` α₀ is the peak of the cosine schedule, taken by the exploration phase's plain
     SGD steps on the N-scaled potential; by default the largest peak whose sampling phase meets
@@ -186,9 +195,15 @@ class CyclicalConfig(SGMCMCConfig):
     kernel: str = "sgld"
     friction: float = 0.1
     cycle_length: Optional[int] = None
+    cycle_epochs: float = 50.0
+    thin: Optional[int] = None
 
     def validate(self):
-        super().validate()
+        if self.thin is not None and int(self.thin) < 1:
+            raise ValueError(f"thin must be at least 1 (or None: from the cycle), got {self.thin}")
+        replace(self, thin=self.thin or 1)._validate_shared()
+        if not (math.isfinite(self.cycle_epochs) and self.cycle_epochs > 0):
+            raise ValueError(f"cycle_epochs must be a positive number, got {self.cycle_epochs}")
         if int(self.num_cycles) < 1:
             raise ValueError(f"num_cycles must be at least 1, got {self.num_cycles}")
         if self.num_samples % self.num_cycles:
@@ -202,7 +217,7 @@ class CyclicalConfig(SGMCMCConfig):
             raise ValueError(f"unknown cyclical kernel {self.kernel!r}; valid: sgld, sghmc")
         if not 0 < self.friction <= 1:
             raise ValueError(f"friction must lie in (0, 1], got {self.friction}")
-        needed = self.sampling_steps
+        needed = self.num_samples // self.num_cycles * (self.thin or 1)
         if self.cycle_length is not None and int(self.cycle_length) - math.ceil(self.exploration * self.cycle_length) < needed:
             raise ValueError(
                 f"cycle_length {self.cycle_length} leaves fewer than {needed} sampling steps "
@@ -210,16 +225,27 @@ class CyclicalConfig(SGMCMCConfig):
                 f"lengthen the cycle or leave cycle_length unset"
             )
 
+    def resolved(self, steps_per_epoch: int) -> "CyclicalConfig":
+        """This configuration with ``cycle_length`` and ``thin`` in steps, for epochs of ``steps_per_epoch`` steps:
+        L = max(⌈``cycle_epochs`` · steps_per_epoch⌉, ⌈(draws · thin)/(1 − β)⌉ + 1) and thin =
+        max(1, ⌊(L − ⌈βL⌉)/draws⌋) where not given (draws = ``num_samples / num_cycles``)."""
+        draws = self.num_samples // self.num_cycles
+        length = self.cycle_length
+        if length is None:
+            shortest = math.ceil(draws * (self.thin or 1) / (1 - self.exploration) - 1e-9) + 1  # 500 / 0.2 → 2501
+            length = max(math.ceil(self.cycle_epochs * steps_per_epoch), shortest)
+        thin = self.thin if self.thin is not None else max(1, (length - math.ceil(self.exploration * length)) // draws)
+        return replace(self, cycle_length=int(length), thin=int(thin))
+
     @property
     def sampling_steps(self) -> int:
+        """Steps of a cycle's sampling phase that hold its draws (a :meth:`resolved` configuration)."""
         return self.num_samples // self.num_cycles * self.thin
 
     @property
     def length(self) -> int:
-        """Steps per cycle L."""
-        if self.cycle_length is not None:
-            return int(self.cycle_length)
-        return math.ceil(self.sampling_steps / (1 - self.exploration)) + 1
+        """Steps per cycle L (a :meth:`resolved` configuration)."""
+        return int(self.cycle_length)
 
 
 # ---------------------------------------------------------------------- backends
@@ -247,6 +273,10 @@ class SGMCMCBackend(Backend):
     def draw_index(self, config) -> Callable[[int], Optional[int]]:
         """Step ``t`` (0-based) → the draw slot of the state after it, or ``None``."""
         return thinned(config.warmup_steps, config.thin)
+
+    def resolved(self, config, num_data: int, loader):
+        """``config`` with the options that depend on the data resolved (none here; see the cyclical backend)."""
+        return config
 
     def step_counts(self, config) -> dict:
         """The options that set the number of steps, scaled down together by the budget's advice."""
@@ -298,6 +328,7 @@ class SGMCMCBackend(Backend):
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
         loader = x if isinstance(x, LoaderBatches) else None
+        config = self.resolved(config, potential.num_data, loader)
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
                                         data=loader, fitted=fitted)
         z = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
@@ -386,8 +417,14 @@ class CyclicalSGMCMCBackend(SGMCMCBackend):
     def num_iterations(self, config) -> int:
         return config.num_cycles * config.length
 
+    def resolved(self, config, num_data: int, loader):
+        """The cycle length and thinning in steps (:meth:`CyclicalConfig.resolved`), an epoch being the DataLoader's
+        batches or ⌈N / batch_size⌉ minibatches."""
+        batch = num_data if config.batch_size is None else min(config.batch_size, num_data)
+        return config.resolved(loader.steps_per_epoch if loader is not None else math.ceil(num_data / batch))
+
     def step_counts(self, config) -> dict:
-        return {"thin": config.thin}  # the cycles' length is proportional to it, the draws stay num_samples
+        return {"cycle_epochs": config.cycle_epochs}  # the cycles' length is proportional to it, the draws stay
 
     def draw_index(self, config):
         return cycle_draw_index(config.length, config.num_samples // config.num_cycles, config.thin,
