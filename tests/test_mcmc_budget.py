@@ -54,15 +54,15 @@ def test_the_budget_stops_a_run_projected_past_it_after_the_first_iterations():
     clock.now = 20.0  # the start (MAP fit) took 20 s of the fit
     monitor = time_budget(120.0, 400, 0.0, name="nuts", advise=lambda p: ["fewer draws"], check_until=210, clock=clock)
     with pytest.raises(TimeBudgetExceeded) as caught:
-        run(monitor, clock, [1.0] * 50)
+        run(monitor, clock, [0.5] * 50)
     error = caught.value
     p = error.projection
-    assert p.done == MIN_ITERATIONS  # the first projection already: 20 + 3 + 397 s > 120 s
-    assert p.projected == pytest.approx(20.0 + MIN_ITERATIONS + (400 - MIN_ITERATIONS) * 1.0)
-    assert p.setup == pytest.approx(20.0) and p.rate == 1.0 and p.info == {"n_steps": 1023.0, "tree_depth": 10.0}
-    assert p.affordable == pytest.approx(100.0)
+    assert p.done == MIN_ITERATIONS  # 20 + 1.5 + 397 · 0.5 s > 120 s (but not twice that: no stop before 3)
+    assert p.projected == pytest.approx(20.0 + 0.5 * MIN_ITERATIONS + (400 - MIN_ITERATIONS) * 0.5)
+    assert p.setup == pytest.approx(20.0) and p.rate == 0.5 and p.info == {"n_steps": 1023.0, "tree_depth": 10.0}
+    assert p.affordable == pytest.approx(200.0)
     message = str(error).splitlines()[0]  # the command line shows the first line only
-    assert "nuts: stopped early after 3 of 400 iterations" in message and "7 min in all" in message
+    assert "nuts: stopped early after 3 of 400 iterations" in message and "4 min in all" in message
     assert "time_budget=120 s" in message and "fewer draws; or pass time_budget=None" in message
     assert pickle.loads(pickle.dumps(error)).projection == p  # crosses process boundaries intact
 
@@ -75,6 +75,17 @@ def test_a_run_within_its_budget_is_never_stopped_and_checks_end_after_check_unt
     # slow iterations after the checks have ended do not stop it
     monitor = time_budget(100.0, 200, 0.0, name="hmc", advise=lambda p: [], check_until=20, clock=clock)
     run(monitor, clock, [0.1] * 20 + [10.0] * 30)
+
+
+def test_a_first_iteration_clearly_over_the_budget_stops_the_fit_at_once():
+    clock = Clock()
+    monitor = time_budget(120.0, 400, 0.0, name="nuts", advise=lambda p: [], check_until=400, clock=clock)
+    with pytest.raises(TimeBudgetExceeded, match="stopped early after 1 of 400"):
+        run(monitor, clock, [15.0])  # 400 · 15 s: far past twice the budget
+    monitor = time_budget(120.0, 400, 0.0, name="nuts", advise=lambda p: [], check_until=400, clock=clock)
+    clock.now = 0.0
+    with pytest.raises(TimeBudgetExceeded, match="stopped early after 3 of 400"):
+        run(monitor, clock, [0.5] * 5)  # 200 s: past the budget, not twice it, so it waits for 3 iterations
 
 
 def test_a_run_with_little_left_to_run_is_not_stopped_for_what_is_already_spent():
@@ -100,12 +111,13 @@ def test_the_forecast_of_the_transition_replaces_the_measured_rate():
 
     def forecast(measured):
         seen.append(measured)
-        return None if measured is None else Forecast(measured * 0.25, 15.0)
+        return None if len(seen) < 2 else Forecast(measured * 0.25, 15.0)  # none after the first iteration
 
     monitor = time_budget(100.0, 400, 0.0, name="nuts", advise=lambda p: [], check_until=400, forecast=forecast,
                           clock=clock)
     run(monitor, clock, [0.5] * 5)  # measured 0.5 s; compiled 0.125 s · 395 + 15 s + 2.5 s < 100 s
-    assert seen[: MIN_ITERATIONS - 1] == [None] * (MIN_ITERATIONS - 1) and seen[-1] == 0.5
+    assert seen == [0.5] * 5
+    seen.clear()
     monitor = time_budget(50.0, 400, 0.0, name="nuts", advise=lambda p: [], check_until=400, forecast=forecast,
                           clock=clock)
     with pytest.raises(TimeBudgetExceeded, match="stopped early after 3 of 400"):

@@ -14,10 +14,11 @@ is already spent (a start or a compile slowed down by other jobs, say).  ``elaps
 the fit's start (its MAP start included); the rate is the median of the last :data:`WINDOW`
 iterations timed in one mode, or a :class:`Forecast` that the transition gives (a sampler that is still
 eager but will compile: the compiled rate and the compile still to pay, see
-:meth:`inference.mcmc.compilation.LazyCompile.forecast`).  The projection is made from
-:data:`MIN_ITERATIONS` iterations on, and only while the cost per iteration may still change (during
-warm-up, where the step size and metric adapt, and the first :data:`WINDOW` iterations after it); a
-fit that passes those checks runs to its end.
+:meth:`inference.mcmc.compilation.LazyCompile.forecast`).  The projection stops a fit from
+:data:`MIN_ITERATIONS` iterations on (from the first when it is :data:`CLEARLY_OVER` the budget: a fit
+whose first iteration already takes tens of seconds), and only while the cost per iteration may
+still change (during warm-up, where the step size and metric adapt, and the first :data:`WINDOW`
+iterations after it); a fit that passes those checks runs to its end.
 
 * :class:`Forecast` — seconds per remaining iteration and seconds still to pay once;
 * :func:`projected_seconds` — the projection T̂ (a pure function);
@@ -33,14 +34,16 @@ import statistics
 import time
 from typing import Callable, NamedTuple, Optional
 
-__all__ = ["DEFAULT_TIME_BUDGET", "MIN_ITERATIONS", "WINDOW", "MIN_SAVING", "Forecast", "Projection", "BudgetState", "Monitor",
+__all__ = ["DEFAULT_TIME_BUDGET", "MIN_ITERATIONS", "CLEARLY_OVER", "WINDOW", "MIN_SAVING", "Forecast", "Projection", "BudgetState", "Monitor",
            "TimeBudgetExceeded", "projected_seconds", "time_budget", "duration", "sampler_advice"]
 
 #: seconds a sampler's default fit may take (``time_budget``): the ``fit(bnn, x, y, backend=B)`` of a
 #: new user should answer in about a minute on 2 CPU cores; a fit projected past this stops early
 DEFAULT_TIME_BUDGET = 120.0
-#: iterations (in the current mode) before the first projection
+#: iterations before a projection stops a fit, unless it is :data:`CLEARLY_OVER` the budget sooner
 MIN_ITERATIONS = 3
+#: a projection this many times the budget stops a fit from its first timed iteration on
+CLEARLY_OVER = 2.0
 #: recent iterations whose median time is the rate
 WINDOW = 10
 #: a fit past its budget is stopped only when what is left to run is at least this share of the budget
@@ -156,14 +159,15 @@ def time_budget(
         advise: ``advise(projection) -> [phrase, ...]``, the options that would fit the budget.
         check_until: iterations after which no projection is made (the cost per iteration no longer
             changes).
-        forecast: ``forecast(measured) -> Forecast`` or ``None`` (not enough iterations in the current
-            mode yet), where ``measured`` is the median of the recent iteration seconds (``None`` before
-            :data:`MIN_ITERATIONS`); without it the forecast is ``Forecast(measured)``.
+        forecast: ``forecast(measured) -> Forecast`` or ``None`` (no iteration timed in the current mode
+            yet), where ``measured`` is the median of the recent iteration seconds (before
+            :data:`MIN_ITERATIONS`, the shortest); without it the forecast is ``Forecast(measured)``.
         clock: the wall clock (seconds).
 
     ``update(state, seconds, info)`` takes the iteration's wall ``seconds`` and the transition's ``info``
     (``{name: [C] tensor}``; the means of ``n_steps`` and ``tree_depth`` are kept for the advice) and
-    raises :class:`TimeBudgetExceeded` when T̂ > ``budget`` and T̂ − elapsed ≥ :data:`MIN_SAVING` · ``budget``.
+    raises :class:`TimeBudgetExceeded` when T̂ > ``budget`` (from :data:`MIN_ITERATIONS` iterations on; before,
+    when T̂ > :data:`CLEARLY_OVER` · ``budget``) and T̂ − elapsed ≥ :data:`MIN_SAVING` · ``budget``.
     """
     budget = float(budget)
 
@@ -177,13 +181,15 @@ def time_budget(
                             (*state.recent_info, summary)[-WINDOW:])
         if done > check_until or done >= total:
             return state
-        measured = statistics.median(state.recent) if done >= MIN_ITERATIONS else None
-        expected = forecast(measured) if forecast is not None else (None if measured is None else Forecast(measured))
+        early = done < MIN_ITERATIONS  # few iterations: the fastest of them, so one slow start does not stop a fit
+        measured = min(state.recent) if early else statistics.median(state.recent)
+        expected = forecast(measured) if forecast is not None else Forecast(measured)
         if expected is None:
             return state
         elapsed = clock() - started
         projected = projected_seconds(elapsed, total - done, expected)
-        if projected > budget and projected - elapsed >= MIN_SAVING * budget:
+        limit = CLEARLY_OVER * budget if early else budget
+        if projected > limit and projected - elapsed >= MIN_SAVING * budget:
             keys = {key for summary in state.recent_info for key in summary}
             means = {key: statistics.fmean(s[key] for s in state.recent_info if key in s) for key in keys}
             projection = Projection(elapsed, projected, budget, done, total, expected.seconds_per_iteration,
