@@ -269,7 +269,7 @@ def test_small_fit_is_not_compiled():
 def test_recurrent_network_is_not_compiled_and_says_why():
     """A GRU cannot be compiled: detected before any attempt, a warning when compile=True was asked for."""
     x, y = _data(n=12, shape=(5, 2))
-    bnn = BayesianNetwork(GRUNet(), "last", example_input=x)
+    bnn = BayesianNetwork(GRUNet(), "all", example_input=x)  # "last": only the cached head runs (test_output_head.py)
     assert "GRU" in compile_blocker(bnn)
     assert compile_blocker(linear_bnn(make_conjugate_regression())) is None
     with pytest.warns(RuntimeWarning, match="recurrent layer .GRU.*running without compilation"):
@@ -310,7 +310,7 @@ def test_divergences_are_counted_and_warned():
     data = make_conjugate_regression()
     with pytest.warns(RuntimeWarning, match="diverged"):
         post = fit(linear_bnn(data), data.x, data.y, backend="hmc", seed=0, progress=False, num_chains=2,
-                   warmup_steps=0, num_samples=20, step_size=1.0, num_steps=5, **FAST)  # fmt: skip
+                   warmup_steps=0, num_samples=20, step_size=1.0, num_steps=5, init_metric="identity", **FAST)  # fmt: skip
     assert post.info["divergences"] == int(post.sample_stats["diverging"].sum()) > 0
 
 
