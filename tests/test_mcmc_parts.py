@@ -303,15 +303,21 @@ def test_initial_step_size_is_the_first_doubling_whose_one_step_acceptance_falls
 
 
 def test_metric_choice_is_dense_for_a_last_layer_and_diagonal_for_a_network():
-    assert metric_choice("auto", "auto", 34, 200, 4) == (True, True)  # last window 50 iterations · 4 chains = 200 draws
-    assert metric_choice("auto", "auto", 100, 200, 4) == (True, True)
-    assert metric_choice("auto", "auto", 101, 200, 4) == (False, False)  # fewer than 2 draws per dimension
-    assert metric_choice("auto", "auto", 150, 1000, 4) == (True, True)  # last window 500 iterations
-    assert metric_choice("auto", "auto", 201, 10000, 4) == (False, False)  # over DENSE_MAX_DIM
-    assert metric_choice("auto", "auto", 5, 10, 4) == (False, False)  # no window: nothing to estimate it from
-    assert metric_choice(False, "auto", 5, 200, 4) == (False, False)
-    assert metric_choice(True, False, 500, 200, 4) == (True, False)
-    assert metric_choice("auto", True, 1000, 200, 4) == (False, True)
+    auto = ("auto", "auto", "auto")
+    assert metric_choice(*auto, 34, 200, 4) == (True, True, True)  # last window 50 iterations · 4 chains = 200 draws
+    assert metric_choice(*auto, 100, 200, 4) == (True, True, True)
+    assert metric_choice(*auto, 101, 200, 4) == (False, False, True)  # fewer than 2 draws per dimension
+    assert metric_choice(*auto, 150, 1000, 4) == (True, True, True)  # last window 500 iterations
+    assert metric_choice(*auto, 201, 10000, 4) == (False, False, True)  # over DENSE_MAX_DIM
+    assert metric_choice(*auto, 5, 10, 4) == (False, False, True)  # no window: nothing to estimate it from
+    # an output layer started from its curvature (computed up to 2000 dimensions): dense whatever the draws, kept
+    assert metric_choice(*auto, 150, 200, 4, curvature=True, output_layer=True) == (True, True, False)
+    assert metric_choice(*auto, 850, 200, 4, curvature=True, output_layer=True) == (True, True, False)
+    assert metric_choice(*auto, 850, 200, 4, output_layer=True) == (False, False, True)  # from the identity
+    assert metric_choice(*auto, 34, 200, 4, curvature=True) == (True, True, True)  # a network: re-estimated
+    assert metric_choice(False, "auto", "auto", 5, 200, 4) == (False, False, True)
+    assert metric_choice(True, False, True, 500, 200, 4, curvature=True, output_layer=True) == (True, False, True)
+    assert metric_choice("auto", True, False, 1000, 200, 4) == (False, True, False)
 
 
 def test_windows_are_contiguous_and_double():

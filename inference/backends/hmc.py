@@ -63,11 +63,13 @@ class ChainConfig:
         thin: keep every ``thin``-th iteration.
         step_size: initial leapfrog step size (refined by the warm-up).
         target_accept: dual-averaging target of the mean acceptance probability.
-        adapt_step_size / adapt_mass: switch the warm-up adaptations.
+        adapt_step_size / adapt_mass: switch the warm-up adaptations; ``adapt_mass="auto"`` (default) re-estimates
+            the metric from the draws in Stan's windows, except a dense metric started from the curvature of
+            an output layer, which is kept (:func:`~inference.mcmc.adaptation.metric_choice`).
         dense_mass: adapt a dense (``True``) or a diagonal (``False``) inverse mass matrix; ``"auto"`` (default):
             dense for up to 200 dimensions when the last adaptation window holds at least 2 draws per
-            dimension over all chains (a last layer at the defaults), else diagonal
-            (:func:`~inference.mcmc.adaptation.metric_choice`).
+            dimension over all chains, or the metric starts from the curvature of an output layer; else
+            diagonal (:func:`~inference.mcmc.adaptation.metric_choice`).
         max_energy_error: an energy error above this marks a divergent transition.
         init: ``"map"`` (the ``map`` backend's MAP fit first) or ``"current"`` (the network's weights).
         map_steps / map_lr: the MAP fit's budget of minibatch Adam steps and its learning rate
@@ -99,7 +101,7 @@ class ChainConfig:
     step_size: float = 0.01
     target_accept: float = 0.8
     adapt_step_size: bool = True
-    adapt_mass: bool = True
+    adapt_mass: Union[bool, Literal["auto"]] = "auto"
     dense_mass: Union[bool, Literal["auto"]] = "auto"
     max_energy_error: float = 1000.0
     init: str = "map"
@@ -132,7 +134,7 @@ class ChainConfig:
             raise ValueError(f"time_budget must be a positive number of seconds or None (no budget), got {self.time_budget}")
         if self.init_metric not in ("curvature", "identity"):
             raise ValueError(f"init_metric must be 'curvature' or 'identity', got {self.init_metric!r}")
-        for name in ("dense_mass", "pool_adaptation"):
+        for name in ("dense_mass", "pool_adaptation", "adapt_mass"):
             if getattr(self, name) not in (True, False, "auto"):
                 raise ValueError(f"{name} must be true, false or 'auto', got {getattr(self, name)!r}")
         if self.compile not in COMPILE_MODES:
@@ -189,6 +191,19 @@ class HMCBackend(Backend):
                               max_tree_depth=getattr(config, "max_tree_depth", None),
                               num_steps=getattr(config, "num_steps", None))
 
+    @staticmethod
+    def _metric(potential, z0: torch.Tensor, config, head: Optional[str]):
+        """``(plan, metric, record)``: the :func:`~inference.mcmc.adaptation.metric_choice` of ``config``, the warm-up's
+        first metric (from the curvature at the start ``z0`` ``[D]``, or ``None``: the identity) and what to record."""
+        started = time.perf_counter()
+        curvature = config.init_metric == "curvature" and potential.dim <= CURVATURE_MAX_DIM
+        plan = metric_choice(config.dense_mass, config.pool_adaptation, config.adapt_mass, potential.dim,
+                             config.warmup_steps, config.num_chains, curvature=curvature, output_layer=head is not None)
+        metric = curvature_metric(hessian(potential.log_density, z0), config.num_chains, plan.dense) if curvature else None
+        record = {**plan._asdict(), "initial": "curvature" if curvature else "identity",
+                  "initial_seconds": time.perf_counter() - started}
+        return plan, metric, record
+
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
         pyro.set_rng_seed(seed)
@@ -205,25 +220,19 @@ class HMCBackend(Backend):
         if not bool(torch.isfinite(z0).all()):
             raise NonFiniteLossError(0, "the MAP initialisation", None)
         starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
-        dense, pooled = metric_choice(config.dense_mass, config.pool_adaptation, potential.dim, config.warmup_steps,
-                                      config.num_chains)
         total = config.warmup_steps + config.num_samples * config.thin
         monitor = None if config.time_budget is None else time_budget(
             config.time_budget, total, started, name=self.name, check_until=config.warmup_steps + WINDOW,
             advise=partial(self._advice, config, bnn, x, potential.dim), forecast=transition.forecast,
         )  # fmt: skip
         with torch.no_grad(), frozen_deterministic(bnn), potential.cached_head(head):
-            metric_started = time.perf_counter()
-            metric = None
-            if config.init_metric == "curvature" and potential.dim <= CURVATURE_MAX_DIM:
-                metric = curvature_metric(hessian(potential.log_density, z0), config.num_chains, dense)
-            metric_seconds = time.perf_counter() - metric_started
+            plan, metric, metric_record = self._metric(potential, z0, config, head)
             z, stats, record = sample_chains(
                 potential, starts, transition, generator, progress, self.name, warmup_steps=config.warmup_steps,
                 num_samples=config.num_samples, thin=config.thin, step_size=config.step_size,
-                target_accept=config.target_accept, dense_mass=dense,
-                pool_adaptation=pooled, adapt_step_size=config.adapt_step_size,
-                adapt_mass=config.adapt_mass, monitor=monitor, initial_metric=metric,
+                target_accept=config.target_accept, dense_mass=plan.dense,
+                pool_adaptation=plan.pooled, adapt_step_size=config.adapt_step_size,
+                adapt_mass=plan.estimate, monitor=monitor, initial_metric=metric,
             )  # fmt: skip
             divergences, saturated = sampling_warnings(self.name, stats, config.target_accept,
                                                        getattr(config, "max_tree_depth", None), stacklevel=3)
@@ -239,8 +248,7 @@ class HMCBackend(Backend):
             "divergences": divergences,
             "tree_depth_saturated": saturated,
             "output_head": head,
-            "metric": {"dense": dense, "pooled": pooled, "initial": "curvature" if metric is not None else "identity",
-                       "initial_seconds": metric_seconds},
+            "metric": metric_record,
             "output_head_skipped": no_head,
             **convergence,
             **init_record,

@@ -12,8 +12,8 @@
 * :func:`find_step_size` — the initial step-size heuristic (Hoffman & Gelman 2014, Alg. 4) with the
   acceptance threshold 0.8 of Stan and NumPyro (Alg. 4's ½ starts at a step twice as large, which
   the dual averaging's first iterates, at up to 10 ε₀, push into divergence).
-* :func:`metric_choice` — diagonal or dense metric, per chain or pooled, from the dimension and the
-  draws the last slow window will hold (``dense_mass="auto"``).
+* :func:`metric_choice` — diagonal or dense metric, per chain or pooled, re-estimated or kept, from the
+  dimension, the draws the last slow window will hold and the start (``"auto"`` options).
 * :func:`window_adaptation` — all of them together: after every slow window the metric is
   replaced, the estimator restarted and the step size re-initialised by Alg. 4.
 """
@@ -30,7 +30,7 @@ from inference.mcmc.mass_matrix import Metric, euclidean_metric, identity_metric
 __all__ = [
     "Adaptation", "DualAveragingState", "dual_averaging", "WelfordState", "welford_covariance",
     "adaptation_windows", "find_step_size", "WindowState", "window_adaptation", "metric_choice",
-    "DENSE_MAX_DIM", "DENSE_DRAWS_PER_DIM", "STEP_SIZE_ACCEPT",
+    "DENSE_MAX_DIM", "DENSE_DRAWS_PER_DIM", "STEP_SIZE_ACCEPT", "MetricPlan",
 ]  # fmt: skip
 
 #: the one-step acceptance probability :func:`find_step_size` brackets (Stan's ``init_stepsize``, NumPyro's
@@ -188,23 +188,47 @@ def adaptation_windows(warmup: int, init_buffer: int = 75, term_buffer: int = 50
     return windows
 
 
-def metric_choice(dense_mass, pool_adaptation, dim: int, num_warmup: int, num_chains: int) -> tuple[bool, bool]:
-    """``(dense, pooled)`` for the options ``dense_mass`` and ``pool_adaptation`` (each ``True``, ``False`` or
-    ``"auto"``).
+class MetricPlan(NamedTuple):
+    """How the warm-up treats the metric: ``dense`` or diagonal, ``pooled`` over the chains or per chain, and
+    ``estimate``: re-estimated from the draws in Stan's windows, or kept as it starts."""
 
-    ``"auto"``: dense when ``dim`` ≤ :data:`DENSE_MAX_DIM` and the last slow window of
-    :func:`adaptation_windows` holds, over all chains, at least :data:`DENSE_DRAWS_PER_DIM` draws per
-    dimension (the defaults, 200 warm-up iterations of 4 chains: a last window of 50 iterations, 200
-    draws, so up to 100 dimensions: a last layer); pooled (one matrix from all chains' draws, C times
-    the draws) when dense.  A diagonal metric cannot follow the correlations of a last layer's posterior
-    (its features are correlated): every NUTS trajectory then hits the tree-depth cap, where a dense one
-    takes a few dozen steps (docs/mcmc.md, "Metric").
+    dense: bool
+    pooled: bool
+    estimate: bool
+
+
+def metric_choice(dense_mass, pool_adaptation, adapt_mass, dim: int, num_warmup: int, num_chains: int,
+                  curvature: bool = False, output_layer: bool = False) -> MetricPlan:
+    """The :class:`MetricPlan` for the options ``dense_mass``, ``pool_adaptation`` and ``adapt_mass`` (each
+    ``True``, ``False`` or ``"auto"``), a start from the curvature (``curvature``) or the identity, and a
+    posterior over an output layer alone (``output_layer``) or a network.
+
+    ``"auto"``:
+
+    * dense when ``dim`` ≤ :data:`DENSE_MAX_DIM` and the last slow window of :func:`adaptation_windows`
+      holds, over all chains, at least :data:`DENSE_DRAWS_PER_DIM` draws per dimension (the defaults, 200
+      warm-up iterations of 4 chains: a last window of 50 iterations, 200 draws, so up to 100
+      dimensions), or when the metric starts from the curvature of an output layer (computed up to
+      :data:`~inference.mcmc.initial_metric.CURVATURE_MAX_DIM` dimensions: its matrix-vector product,
+      D² per chain and leapfrog step, stays below the output layer's gradient, N·D, for D < N).  A
+      diagonal metric cannot follow the correlations of a last layer's posterior (its features are
+      correlated): every NUTS trajectory then hits the tree-depth cap, where a dense one takes a few
+      dozen steps;
+    * pooled (one matrix from all chains' draws, C times the draws) when dense;
+    * estimated from the draws, except a dense metric from the curvature of an output layer, which is
+      kept: a last layer's posterior is close to its Laplace approximation, and the windows' estimates
+      from 100–200 draws were worse (energy's last layer: 42 leapfrog steps per iteration after them
+      against 8 with the curvature; docs/mcmc.md, "Metric").  A network's curvature at the MAP is no
+      such description: its metric is re-estimated, as Stan's and NumPyro's.
     """
     windows = adaptation_windows(num_warmup)
     draws = num_chains * (windows[-1][1] - windows[-1][0]) if windows else 0
-    dense = dense_mass if dense_mass != "auto" else (dim <= DENSE_MAX_DIM and draws >= DENSE_DRAWS_PER_DIM * dim)
+    laplace = curvature and output_layer
+    enough = draws >= DENSE_DRAWS_PER_DIM * dim
+    dense = dense_mass if dense_mass != "auto" else ((dim <= DENSE_MAX_DIM and enough) or laplace)
     pooled = pool_adaptation if pool_adaptation != "auto" else bool(dense)
-    return bool(dense), bool(pooled)
+    estimate = adapt_mass if adapt_mass != "auto" else not (dense and laplace)
+    return MetricPlan(bool(dense), bool(pooled), bool(estimate))
 
 
 # ---------------------------------------------------------------------- together
