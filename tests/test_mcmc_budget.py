@@ -199,3 +199,14 @@ def test_time_budget_none_runs_to_the_end_and_bad_budgets_are_refused():
         for bad in (0.0, -1.0):
             with pytest.raises(ValueError, match="time_budget must be a positive number of seconds or None"):
                 fit(linear_bnn(data), data.x, data.y, backend=backend, progress=False, time_budget=bad)
+
+
+def test_the_command_line_prints_the_projection_and_exits_1(tmp_path, capsys):
+    from lab.cli import main
+
+    code = main(["fit", "--data", "toy1d", "--hidden", "4", "--backend", "hmc", "--chains", "4", "--warmup", "5000",
+                 "--samples", "5000", "--option", "time_budget=0.5", "--option", "compile=false", "--option",
+                 "init=\"current\"", "--quiet", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and err[0].startswith("error: hmc: stopped early after")
+    assert "time_budget=None" in err[0] and not (tmp_path / "run").exists()  # nothing half-written
