@@ -210,3 +210,16 @@ def test_the_command_line_prints_the_projection_and_exits_1(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and err[0].startswith("error: hmc: stopped early after")
     assert "time_budget=None" in err[0] and not (tmp_path / "run").exists()  # nothing half-written
+
+
+def test_the_advice_counts_what_stochastic_last_would_sample():
+    from torch import nn
+
+    from inference.mcmc.chains import last_layer_dim
+    from zoo import BayesianNetwork, GaussianLikelihood
+
+    x = torch.randn(5, 1)
+    net = nn.Sequential(nn.Linear(1, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1))
+    bnn = BayesianNetwork(net, "all", likelihood=GaussianLikelihood(learn_noise=True), example_input=x[:2])
+    assert bnn.num_random == 1154 and last_layer_dim(bnn, x) == 33 + 1  # the output layer and the noise precision
+    assert last_layer_dim(bnn, None) == 34  # without an example input: the last parametrised module registered
