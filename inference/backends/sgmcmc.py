@@ -86,10 +86,8 @@ class SGMCMCConfig:
             the start sets the noise level: after 1000 steps it was still 95 (prior median 69),
             after 3000 the overfitted ~1 500 (docs/mcmc.md, "SG-MCMC step sizes").
         init_jitter: sd of the Gaussian jitter added to each chain's start.
-        time_budget: seconds the whole fit may take (:data:`~inference.mcmc.budget.DEFAULT_TIME_BUDGET`, 120);
-            a fit whose first steps project past it stops with
-            :class:`~inference.mcmc.budget.TimeBudgetExceeded` (the projection and what to change);
-            ``None``: no budget.
+        time_budget: seconds the whole fit may take (120; ``None``: no budget), projected from the first steps
+            (:class:`~inference.mcmc.budget.TimeBudgetExceeded`).
     """
 
     num_chains: int = 4
@@ -177,13 +175,9 @@ class SGHMCConfig(SGLDConfig):
 class CyclicalConfig(SGMCMCConfig):
     """Cyclical SG-MCMC: ``num_cycles`` M, ``exploration`` β, ``kernel`` (``sgld``/``sghmc``),
     ``friction`` (SGHMC kernel) and the cycle length L: ``cycle_length`` steps, or by default
-    ``cycle_epochs`` epochs of minibatch steps, as Zhang et al. 2020 (200 epochs in 4 cycles: 50 each),
-    at least long enough for the ``num_samples / M`` draws of each cycle, ``thin`` steps apart, in its
-    sampling phase (the last 1 − β of it).  ``thin`` ``None`` (default): the sampling phase's steps
-    shared evenly among the cycle's draws.  So the run's length follows the data size: 200 rows in
-    minibatches of 32 (7 steps an epoch) run 4 cycles of 350 steps (thin 1), 691 rows 4 × 1 100 (thin 4),
-    1 347 rows 4 × 2 150 (thin 8); the earlier default (cycles just long enough for 50 draws 10 steps
-    apart) ran 4 × 2 501 steps whatever the data (:meth:`resolved`).
+    ``cycle_epochs`` epochs of minibatch steps as Zhang et al. 2020 (200 epochs in 4 cycles), at least
+    long enough for a cycle's ``num_samples / M`` draws ``thin`` steps apart in its sampling phase;
+    ``thin`` ``None``: that phase's steps shared among the draws (:meth:`resolved`; docs/mcmc.md).
 
     ``step_size`` α₀ is the peak of the cosine schedule, taken by the exploration phase's plain
     SGD steps on the N-scaled potential; by default the largest peak whose sampling phase meets
@@ -274,27 +268,18 @@ class SGMCMCBackend(Backend):
         """Step ``t`` (0-based) → the draw slot of the state after it, or ``None``."""
         return thinned(config.warmup_steps, config.thin)
 
-    def resolved(self, config, num_data: int, loader):
-        """``config`` with the options that depend on the data resolved (none here; see the cyclical backend)."""
-        return config
-
     def step_counts(self, config) -> dict:
         """The options that set the number of steps, scaled down together by the budget's advice."""
         return {"warmup_steps": config.warmup_steps, "num_samples": config.num_samples}
 
     def _monitor(self, bnn, x, config, dim: int, started: float):
-        """The :func:`~inference.mcmc.budget.time_budget` of ``config`` (``None`` without one): projected from the
-        steps' median time, checked over the first tenth of the run (a step's cost does not change)."""
-        if config.time_budget is None:
-            return None
+        """The :func:`~inference.mcmc.budget.time_budget` of ``config`` (or ``None``), checked over the first tenth
+        of the steps (a step's cost does not change)."""
         total = self.num_iterations(config)
-
-        def advise(projection):
-            return sampler_advice(projection, counts=self.step_counts(config), num_chains=config.num_chains, dim=dim,
-                                  last_dim=last_layer_dim(bnn, x if isinstance(x, torch.Tensor) else None))
-
-        return time_budget(config.time_budget, total, started, name=self.name, advise=advise,
-                           check_until=total // 10 + WINDOW)
+        advise = lambda p: sampler_advice(p, counts=self.step_counts(config), num_chains=config.num_chains, dim=dim,  # noqa: E731
+                                          last_dim=last_layer_dim(bnn, x if isinstance(x, torch.Tensor) else None))
+        return None if config.time_budget is None else time_budget(
+            config.time_budget, total, started, name=self.name, advise=advise, check_until=total // 10 + WINDOW)
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         return self._run(bnn, x, y, config, seed, progress)
@@ -328,7 +313,9 @@ class SGMCMCBackend(Backend):
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
         loader = x if isinstance(x, LoaderBatches) else None
-        config = self.resolved(config, potential.num_data, loader)
+        if isinstance(config, CyclicalConfig):  # cycles in epochs: the DataLoader's batches or ⌈N / batch_size⌉ steps
+            batch = min(config.batch_size or potential.num_data, potential.num_data)
+            config = config.resolved(loader.steps_per_epoch if loader else math.ceil(potential.num_data / batch))
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
                                         data=loader, fitted=fitted)
         z = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
@@ -416,12 +403,6 @@ class CyclicalSGMCMCBackend(SGMCMCBackend):
 
     def num_iterations(self, config) -> int:
         return config.num_cycles * config.length
-
-    def resolved(self, config, num_data: int, loader):
-        """The cycle length and thinning in steps (:meth:`CyclicalConfig.resolved`), an epoch being the DataLoader's
-        batches or ⌈N / batch_size⌉ minibatches."""
-        batch = num_data if config.batch_size is None else min(config.batch_size, num_data)
-        return config.resolved(loader.steps_per_epoch if loader is not None else math.ceil(num_data / batch))
 
     def step_counts(self, config) -> dict:
         return {"cycle_epochs": config.cycle_epochs}  # the cycles' length is proportional to it, the draws stay
