@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import make_conjugate_regression
-from test_mcmc import FAST as NO_BUDGET, linear_bnn
+from test_mcmc import FAST as NO_BUDGET, busy, linear_bnn
 
 FAST = {k: v for k, v in NO_BUDGET.items() if k != "time_budget"}
 from inference import TimeBudgetExceeded, fit
@@ -151,7 +151,7 @@ def test_lazy_compile_forecasts_the_compiled_rate_and_the_compile_to_come():
     def build(compile):
         def transition(state):
             calls.append(compile)
-            time.sleep(0.002 if compile else 0.02)
+            busy(0.002 if compile else 0.02)
             return state
         return transition
 
