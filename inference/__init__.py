@@ -12,6 +12,7 @@ with warnings.catch_warnings():
     from inference.evaluation.arviz_export import load_netcdf, save_netcdf, to_inference_data
 from inference.backends import BACKENDS, NonFiniteLossError, register_backend
 from inference.fitting import fit, fit_many
+from inference.mcmc.budget import TimeBudgetExceeded
 from inference.sgmcmc.pyro_kernels import PSGLD, SGHMC, SGLD
 from inference.evaluation.metrics import classification_metrics, evaluate, regression_metrics
 from inference.posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior
@@ -22,6 +23,7 @@ __all__ = [
     "BACKENDS",
     "register_backend",
     "NonFiniteLossError",
+    "TimeBudgetExceeded",
     "Posterior",
     "VariationalPosterior",
     "SamplePosterior",

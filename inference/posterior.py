@@ -27,6 +27,7 @@ from zoo.resources import check_memory
 from zoo.likelihoods import PredictiveMixture
 
 from inference.evaluation.arviz_export import to_inference_data
+from inference.evaluation.diagnostics import convergence_row
 from inference.variational.guides import build_guide
 from inference.storage.posterior_io import POSTERIOR_KINDS, load_posterior, register_kind, save_posterior, to_jsonable
 from inference.prediction import Prediction
@@ -347,7 +348,8 @@ class SamplePosterior(Posterior):
         for key in ("acceptance_rate", "step_size"):
             if key in stats and stats[key].numel():
                 rows.append((f"mean {key.replace('_', ' ')}", fmt(float(stats[key].float().mean()))))
-        return rows
+        convergence = convergence_row(self.info)
+        return rows + ([convergence] if convergence else [])
 
     def _flat(self):
         return {k: v.reshape(-1, *v.shape[2:]) for k, v in self.draws.items()}

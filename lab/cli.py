@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from inference.backends import BACKENDS, NonFiniteLossError
+from inference.mcmc.budget import TimeBudgetExceeded
 from inference.variational.pruning import PRUNE_MODES
 from zoo.architectures import ARCHITECTURES
 from zoo.data import DATASET_SPECS
@@ -334,7 +335,7 @@ def main(argv=None) -> int:
         if interrupted():  # Ctrl-C swallowed on the way (e.g. raised inside a finaliser): never exit 0
             raise KeyboardInterrupt
         return status
-    except (NonFiniteLossError, RunFailed, WriteError) as err:
+    except (NonFiniteLossError, TimeBudgetExceeded, RunFailed, WriteError) as err:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     except (ValueError, FileNotFoundError, NotADirectoryError) as err:

@@ -48,9 +48,9 @@ EULER_VARIANTS = {
     "last-layer SVI": ("svi", "all", True, {"epochs": 60, "batch_size": 256}),
     "full SVI": ("svi", "all", False, {"num_samples": 30}),
     "last-layer SGLD": ("sgld", "all", True, {"num_chains": 2, "num_samples": 100, "thin": 30, "warmup_steps": 3000,
-                                              "batch_size": 256, "step_decay": 0.0}),
+                                              "batch_size": 256, "step_decay": 0.0, "time_budget": None}),
     "last-layer NUTS": ("nuts", "all", True, {"num_chains": 2, "warmup_steps": 200, "num_samples": 200,
-                                              "map_steps": 2000, "max_tree_depth": 8}),
+                                              "map_steps": 2000, "max_tree_depth": 8, "time_budget": None}),
     "last-layer Radial": ("radial", "all", True, {"epochs": 60, "batch_size": 256}),
 }
 #: Adam learning rate of the deterministic MultiLSTM, and of full SVI's pretraining of the same net

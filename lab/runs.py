@@ -130,7 +130,7 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     prediction, metrics, idata = evaluation.prediction, evaluation.metrics, evaluation.idata
     predict_seconds = evaluation.predict_seconds
     unmixed = convergence_warning(metrics)
-    if unmixed:
+    if unmixed and not (posterior.info.get("convergence") or {}).get("warning"):  # the fit has not warned already
         warnings.warn(f"{spec.backend}: {unmixed}", RuntimeWarning, stacklevel=2)
     if metrics["failed_fit"]:
         if strict:

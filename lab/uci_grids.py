@@ -36,10 +36,11 @@ def uci_names(data_root) -> list:
 UCI_BACKENDS = {
     "svi": ({}, ("all", "last")),
     "radial": ({}, ("all", "last")),
-    "sgld": ({"num_chains": 2, "num_samples": 100, "thin": 10, "warmup_steps": 1000}, ("all", "last")),
+    "sgld": ({"num_chains": 2, "num_samples": 100, "thin": 10, "warmup_steps": 1000, "time_budget": None},
+             ("all", "last")),
 }
 #: the optional last-layer NUTS grid ``uci-nuts`` (the whole network takes minutes per split on 2 cores)
-UCI_NUTS = {"num_chains": 2, "warmup_steps": 200, "num_samples": 200, "map_steps": 5000}
+UCI_NUTS = {"num_chains": 2, "warmup_steps": 200, "num_samples": 200, "map_steps": 5000, "time_budget": None}
 #: uci-benchmark's likelihood axis (:data:`zoo.likelihoods.LIKELIHOODS` names)
 UCI_LIKELIHOODS = ("gaussian", "heteroscedastic", "studentt")
 UCI_STEPS, UCI_BATCH = 2000, 128  # optimisation steps and minibatch of the variational backends and MAP fits

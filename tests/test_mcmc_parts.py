@@ -15,7 +15,11 @@ import pytest
 import scipy.linalg
 import torch
 
-from inference.mcmc.adaptation import adaptation_windows, dual_averaging, welford_covariance, window_adaptation
+from inference.mcmc.adaptation import (
+    adaptation_windows, dual_averaging, find_step_size, metric_choice, welford_covariance, window_adaptation,
+)  # fmt: skip
+from inference.mcmc.initial_metric import curvature_metric, hessian
+from inference.mcmc.mass_matrix import identity_metric
 from inference.mcmc.driver import run_chains, thinned
 from inference.mcmc.integrators import IntegratorState, energy, leapfrog
 from inference.mcmc.kernels import HMCState, hmc_transition, nuts_transition
@@ -270,6 +274,52 @@ def test_welford_matches_numpy(dense):
         assert np.allclose(final, regularised if dense else np.diag(regularised), rtol=1e-3, atol=1e-4)
 
 
+def test_initial_step_size_is_the_first_doubling_whose_one_step_acceptance_falls_below_0_8():
+    """Alg. 4 of Hoffman & Gelman 2014 with Stan's and NumPyro's threshold 0.8: replaying the same momenta, every
+    doubling before the step returned was accepted with probability ≥ 0.8 and the one returned with less
+    (per chain); the threshold ½ of the paper returns steps at least as large."""
+    dim, chains = 20, 6
+    vg = gaussian(torch.diag(torch.linspace(0.5, 4.0, dim, dtype=torch.float64)))
+    z = torch.randn(chains, dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    state = HMCState(z, *vg(z))
+    metric = identity_metric(chains, dim, dense=False, like=z)
+    start = torch.full((chains,), 1e-3, dtype=torch.float64)
+    eps = find_step_size(vg, state, start, metric, torch.Generator().manual_seed(1))
+    replay = torch.Generator().manual_seed(1)
+    found = torch.zeros(chains, dtype=torch.bool)
+    for k in range(40):
+        point = IntegratorState(z, sample_momentum(metric, replay), *vg(z))
+        trial = start * 2**k
+        moved = leapfrog(vg, metric.inv_mass, point, trial.unsqueeze(-1))
+        accept = torch.exp(energy(metric.inv_mass, point) - energy(metric.inv_mass, moved)).clamp(max=1)
+        below = ~found & (accept < 0.8)
+        assert torch.equal(eps[below], trial[below])  # the first step below 0.8 is returned
+        found |= below
+        if bool(found.all()):
+            break
+    assert bool(found.all()) and k > 3
+    paper = find_step_size(vg, state, start, metric, torch.Generator().manual_seed(1), accept=0.5)
+    assert bool((paper >= eps).all()) and bool((paper > eps).any())
+
+
+def test_metric_choice_is_dense_for_a_last_layer_and_diagonal_for_a_network():
+    auto = ("auto", "auto", "auto")
+    assert metric_choice(*auto, 34, 200, 4) == (True, True, True)  # last window 50 iterations · 4 chains = 200 draws
+    assert metric_choice(*auto, 100, 200, 4) == (True, True, True)
+    assert metric_choice(*auto, 101, 200, 4) == (False, False, True)  # fewer than 2 draws per dimension
+    assert metric_choice(*auto, 150, 1000, 4) == (True, True, True)  # last window 500 iterations
+    assert metric_choice(*auto, 201, 10000, 4) == (False, False, True)  # over DENSE_MAX_DIM
+    assert metric_choice(*auto, 5, 10, 4) == (False, False, True)  # no window: nothing to estimate it from
+    # an output layer started from its curvature (computed up to 2000 dimensions): dense whatever the draws, kept
+    assert metric_choice(*auto, 150, 200, 4, curvature=True, output_layer=True) == (True, True, False)
+    assert metric_choice(*auto, 850, 200, 4, curvature=True, output_layer=True) == (True, True, False)
+    assert metric_choice(*auto, 850, 200, 4, output_layer=True) == (False, False, True)  # from the identity
+    assert metric_choice(*auto, 34, 200, 4, curvature=True) == (True, True, True)  # a network: re-estimated
+    assert metric_choice(False, "auto", "auto", 5, 200, 4) == (False, False, True)
+    assert metric_choice(True, False, True, 500, 200, 4, curvature=True, output_layer=True) == (True, False, True)
+    assert metric_choice("auto", True, False, 1000, 200, 4) == (False, True, False)
+
+
 def test_windows_are_contiguous_and_double():
     for warmup in (150, 200, 500, 1000, 3000):
         windows = adaptation_windows(warmup)
@@ -396,3 +446,38 @@ def test_psgld_first_step_uses_the_rmsprop_preconditioner():
     assert torch.allclose(state.square_avg, (g / num_data) ** 2)
     second = kernel.update(state, torch.Generator(), noise=False)
     assert torch.allclose(second.square_avg, 0.9 * (g / num_data) ** 2 + 0.1 * (state.grad / num_data) ** 2)
+
+
+# ---------------------------------------------------------------------- the initial metric
+def test_hessian_from_batched_hessian_vector_products_is_exact():
+    precision = random_spd(7, 3)
+    vg = gaussian(precision)
+    z = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(hessian(lambda points: vg(points)[0], z, probes=3), precision, atol=1e-12)
+
+    def quartic(points):  # −log π = Σ z²/2 + z⁴/4: Hessian diag(1 + 3 z²)
+        return -(0.5 * points**2 + 0.25 * points**4).sum(-1)
+
+    assert torch.allclose(hessian(quartic, z), torch.diag(1 + 3 * z**2), atol=1e-12)
+
+
+def test_curvature_metric_is_the_inverse_of_the_absolute_floored_hessian():
+    vectors, _ = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
+    h = vectors @ torch.diag(torch.tensor([100.0, 4.0, -2.0, 1e-5], dtype=torch.float64)) @ vectors.T
+    dense = curvature_metric(h, 3, dense=True, floor=1e-2)
+    expected = vectors @ torch.diag(torch.tensor([0.01, 0.25, 0.5, 100.0], dtype=torch.float64)) @ vectors.T
+    assert dense.inv_mass.shape == (3, 4, 4) and torch.allclose(dense.inv_mass[2], expected, atol=1e-10)
+    diagonal = curvature_metric(h, 2, dense=False, floor=1e-2)
+    assert diagonal.inv_mass.shape == (2, 4) and torch.allclose(diagonal.inv_mass[0], expected.diagonal(), atol=1e-10)
+
+
+def test_the_curvature_of_a_conjugate_regression_potential_is_its_posterior_precision():
+    from conftest import make_conjugate_regression
+    from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
+    from inference.optim.potential import Potential
+
+    data = make_conjugate_regression()
+    bnn = BayesianNetwork(data.net(), "all", NormalPrior(data.prior_sd), GaussianLikelihood(data.noise_sd), output_dim=1)
+    potential = Potential(bnn, data.x, data.y)
+    h = hessian(potential.log_density, torch.zeros(potential.dim))
+    assert torch.allclose(h.double(), torch.linalg.inv(data.post_cov.double()), rtol=1e-4)

@@ -22,7 +22,7 @@ from inference.sgmcmc.updates import sghmc, sgld
 from inference.sgmcmc.step_sizes import VARIANCE_INFLATION, sghmc_step_size, sgld_step_size, spectral_radius
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
-COMMON = {"batch_size": None, "init": "current"}
+COMMON = {"batch_size": None, "init": "current", "time_budget": None}
 CASES = {
     "sgld": {"num_chains": 4, "warmup_steps": 300, "num_samples": 4000, "thin": 1, "step_size": 2.5e-3, "step_decay": 0.0},
     "psgld": {"num_chains": 4, "warmup_steps": 300, "num_samples": 4000, "thin": 1, "step_size": 8e-4, "step_decay": 0.0},
@@ -64,7 +64,8 @@ def test_kernel_recovers_conjugate_posterior(conjugate_regression, case):
 # direction's autocorrelation time ≈ 130 steps, so 32 chains × 1 000 steps give an MC error of
 # the mean ≈ 0.06 sd and of the sd ≈ 5 %.  Over seeds 0–2 the means were within 0.15 sd and the
 # sds within 9 % (sgld, psgld, sghmc).
-DEFAULT_STEP_RUN = {"batch_size": 50, "map_steps": 300, "num_chains": 32, "warmup_steps": 500, "num_samples": 250, "thin": 4}
+DEFAULT_STEP_RUN = {"batch_size": 50, "map_steps": 300, "num_chains": 32, "warmup_steps": 500, "num_samples": 250, "thin": 4,
+                    "time_budget": None}
 
 
 @pytest.mark.parametrize("backend", ["sgld", "psgld", "sghmc"])
@@ -142,6 +143,29 @@ def test_cyclical_default_peak_follows_its_rule():
         assert math.isclose(post.info["config"]["step_size"], expected, rel_tol=1e-3)
 
 
+@pytest.mark.parametrize("rows, batch, length, thin", [(200, 32, 350, 1), (691, 32, 1100, 4), (1347, 32, 2150, 8),
+                                                        (40, None, 251, 1)])
+def test_cyclical_cycles_last_the_papers_epochs_and_hold_their_draws(rows, batch, length, thin):
+    """Zhang et al. 2020's 50 epochs per cycle (at least the 50 draws a cycle keeps, one step apart, in the last
+    20 %); the sampling phase's steps shared among the draws."""
+    steps_per_epoch = 1 if batch is None else math.ceil(rows / batch)
+    config = CyclicalConfig().resolved(steps_per_epoch)
+    assert (config.cycle_length, config.thin) == (length, thin)
+    assert config.length - math.ceil(0.8 * config.length) >= config.sampling_steps
+    given = CyclicalConfig(thin=10, cycle_epochs=1.0).resolved(7)  # too short for 50 draws 10 apart: lengthened
+    assert given.cycle_length == 2501 and given.thin == 10  # 500 / (1 − 0.8) + 1
+    assert given.length - math.ceil(0.8 * given.length) >= 500
+
+
+def test_cyclical_fit_records_its_resolved_cycles():
+    data = make_conjugate_regression(n=64)
+    post = fit(linear_bnn(data), data.x, data.y, backend="csgmcmc", seed=0, progress=False, init="current",
+               num_chains=2, num_samples=8, num_cycles=2, batch_size=16, time_budget=None)
+    config = post.info["config"]
+    assert (config["cycle_length"], config["thin"]) == (200, 10)  # 4 steps an epoch · 50 epochs; 40 sampling steps / 4 draws
+    assert post.draws["weight"].shape[:2] == (2, 8)
+
+
 def test_minibatch_sgld_is_close_to_the_posterior(conjugate_regression):
     data = conjugate_regression
     post = fit(linear_bnn(data), data.x, data.y, backend="sgld", seed=1, progress=False, batch_size=10,
@@ -169,7 +193,7 @@ def test_sgld_step_schedule_is_polynomial_decay():
 
 
 def test_cyclical_schedule_follows_zhang_et_al():
-    config = CyclicalConfig(num_samples=6, num_cycles=3, thin=2, exploration=0.5, step_size=0.4)
+    config = CyclicalConfig(num_samples=6, num_cycles=3, thin=2, exploration=0.5, step_size=0.4).resolved(1)
     backend = CyclicalSGMCMCBackend()
     kernel, length = backend.kernel(zero_gradient, config, num_data=1), config.length
     total = backend.num_iterations(config)

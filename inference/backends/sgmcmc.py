@@ -32,27 +32,31 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Callable, Optional
 
 import pyro
 import torch
 
+from inference.mcmc.budget import WINDOW, sampler_advice, time_budget
+from inference.mcmc.chains import last_layer_dim
 from inference.mcmc.driver import thinned
 from inference.sgmcmc.runner import (
     curvature_operator, curvature_step_size, cycle_draw_index, gradient_estimator, sample_sgmcmc,
 )  # fmt: skip
-from inference.sgmcmc.stability import MAX_BACKOFFS, collapse_check, start_jitter
+from inference.sgmcmc.config import CyclicalConfig, PSGLDConfig, SGHMCConfig, SGLDConfig, SGMCMCConfig
+from inference.sgmcmc.stability import collapse_check, start_jitter
 from inference.sgmcmc.step_sizes import (
     PSGLD_WARM_START, cyclical_step_size, preconditioned, rms_preconditioner, sghmc_step_size, sgld_step_size,
 )  # fmt: skip
 from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from inference.posterior import SamplePosterior
 from inference.optim.batches import LoaderBatches, loader_info
+from inference.optim.output_head import head_module
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.map import MAPOptions
-from inference.optim.start import INIT_STRATEGIES, MAP_BATCH_SIZE, initial_point, map_epochs
+from inference.optim.start import MAP_BATCH_SIZE, initial_point, map_epochs
 from inference.optim.training import NonFiniteLossError
 from inference.multifit.stacked_map import fit_map_starts
 from inference.backends.base import Backend
@@ -68,160 +72,6 @@ __all__ = [
     "SGHMCBackend",
     "CyclicalSGMCMCBackend",
 ]
-
-
-@dataclass
-class SGMCMCConfig:
-    """Options shared by the SG-MCMC backends.
-
-    Attributes:
-        num_chains: chains run side by side (vectorised; they share minibatches).
-        num_samples: draws kept per chain.
-        thin: steps between kept draws.
-        step_size: the kernel's (initial) step size ε₀ / η / α₀; ``None``: from the curvature at
-            the start point (the module docstring, docs/mcmc.md "SG-MCMC step sizes").
-        batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
-            Unused when fitting from a DataLoader (its batches are used).
-        init: ``"map"`` (the ``map`` backend's MAP fit first) or ``"current"`` (the network's weights).
-        map_steps / map_lr: the MAP fit's budget of minibatch Adam steps (a DataLoader's batches when
-            fitting from one) and learning rate (:func:`inference.optim.start.initial_point`).  A step size right for the stiffest direction
-            hardly moves the flat ones (energy's noise precision would relax over ~10⁵ steps), so
-            the start sets the noise level: after 1000 steps it was still 95 (prior median 69),
-            after 3000 the overfitted ~1 500 (docs/mcmc.md, "SG-MCMC step sizes").
-        init_jitter: sd of the Gaussian jitter added to each chain's start, at most 2/√ρ with ρ the
-            spectral radius of the Hessian of −log π̃ at the start (:func:`inference.sgmcmc.runner.start_jitter`;
-            ``info["start_jitter"]`` is the sd used).
-        max_backoffs: restarts allowed, each with the step size divided by 4, when the chains diverge
-            (non-finite log density or gradient) before the first kept draw
-            (:func:`inference.sgmcmc.runner.backed_off_runs`); 0 stops such a run with the error.
-    """
-
-    num_chains: int = 4
-    num_samples: int = 200
-    thin: int = 10
-    step_size: Optional[float] = None
-    batch_size: Optional[int] = 32
-    init: str = "map"
-    map_steps: int = 2000
-    map_lr: float = 0.01
-    init_jitter: float = 0.01
-    max_backoffs: int = MAX_BACKOFFS
-
-    def validate(self):
-        for name in ("num_chains", "num_samples", "thin"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "map_steps", "step_offset", "max_backoffs"):
-            if int(getattr(self, name, 0)) < 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
-        for name in ("step_size", "map_lr"):
-            if name == "step_size" and self.step_size is None:
-                continue
-            value = float(getattr(self, name))
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {getattr(self, name)}")
-        if self.batch_size is not None and int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
-        if not (math.isfinite(self.init_jitter) and self.init_jitter >= 0):
-            raise ValueError(f"init_jitter must be non-negative, got {self.init_jitter}")
-        if self.init not in INIT_STRATEGIES:
-            raise ValueError(f"unknown init {self.init!r}; valid: {', '.join(INIT_STRATEGIES)}")
-
-
-@dataclass
-class SGLDConfig(SGMCMCConfig):
-    """SGLD: shared options, ``warmup_steps`` of burn-in and the decay ε_t = ε₀ (1 + t/b)^−γ."""
-
-    warmup_steps: int = 2000
-    step_decay: float = 0.55
-    step_offset: float = 1000.0
-
-    def validate(self):
-        super().validate()
-        if not (0 <= self.step_decay <= 1):
-            raise ValueError(f"step_decay (γ) must lie in [0, 1], got {self.step_decay}")
-        if not self.step_offset > 0:
-            raise ValueError(f"step_offset (b) must be positive, got {self.step_offset}")
-
-
-@dataclass
-class PSGLDConfig(SGLDConfig):
-    """pSGLD: SGLD's options and the RMSprop preconditioner's decay α and damping λ."""
-
-    rms_decay: float = 0.99
-    rms_damping: float = 1e-5
-
-    def validate(self):
-        super().validate()
-        if not 0 < self.rms_decay < 1:
-            raise ValueError(f"rms_decay must lie in (0, 1), got {self.rms_decay}")
-        if not self.rms_damping > 0:
-            raise ValueError(f"rms_damping must be positive, got {self.rms_damping}")
-
-
-@dataclass
-class SGHMCConfig(SGLDConfig):
-    """SGHMC: SGLD's schedule options (default constant, γ = 0) and the friction α ∈ (0, 1]."""
-
-    step_decay: float = 0.0
-    friction: float = 0.1
-
-    def validate(self):
-        super().validate()
-        if not 0 < self.friction <= 1:
-            raise ValueError(f"friction must lie in (0, 1], got {self.friction}")
-
-
-@dataclass
-class CyclicalConfig(SGMCMCConfig):
-    """Cyclical SG-MCMC: ``num_cycles`` M, ``exploration`` β, ``kernel`` (``sgld``/``sghmc``),
-    ``friction`` (SGHMC kernel) and ``cycle_length`` L in steps (default: just long enough for
-    ``num_samples / M`` draws ``thin`` steps apart in the sampling phase).
-
-    ``step_size`` α₀ is the peak of the cosine schedule, taken by the exploration phase's plain
-    SGD steps on the N-scaled potential; by default the largest peak whose sampling phase meets
-    the inner kernel's step rule and whose exploration stays at half its stability limit
-    (:func:`~inference.sgmcmc.step_sizes.cyclical_step_size`)."""
-
-    num_cycles: int = 4
-    exploration: float = 0.8
-    kernel: str = "sgld"
-    friction: float = 0.1
-    cycle_length: Optional[int] = None
-
-    def validate(self):
-        super().validate()
-        if int(self.num_cycles) < 1:
-            raise ValueError(f"num_cycles must be at least 1, got {self.num_cycles}")
-        if self.num_samples % self.num_cycles:
-            raise ValueError(
-                f"num_samples ({self.num_samples}) must be a multiple of num_cycles ({self.num_cycles}): "
-                f"each cycle contributes num_samples / num_cycles draws"
-            )
-        if not 0 <= self.exploration < 1:
-            raise ValueError(f"exploration (β) must lie in [0, 1), got {self.exploration}")
-        if self.kernel not in ("sgld", "sghmc"):
-            raise ValueError(f"unknown cyclical kernel {self.kernel!r}; valid: sgld, sghmc")
-        if not 0 < self.friction <= 1:
-            raise ValueError(f"friction must lie in (0, 1], got {self.friction}")
-        needed = self.sampling_steps
-        if self.cycle_length is not None and int(self.cycle_length) - math.ceil(self.exploration * self.cycle_length) < needed:
-            raise ValueError(
-                f"cycle_length {self.cycle_length} leaves fewer than {needed} sampling steps "
-                f"(num_samples/num_cycles · thin) after the exploration fraction {self.exploration}; "
-                f"lengthen the cycle or leave cycle_length unset"
-            )
-
-    @property
-    def sampling_steps(self) -> int:
-        return self.num_samples // self.num_cycles * self.thin
-
-    @property
-    def length(self) -> int:
-        """Steps per cycle L."""
-        if self.cycle_length is not None:
-            return int(self.cycle_length)
-        return math.ceil(self.sampling_steps / (1 - self.exploration)) + 1
 
 
 # ---------------------------------------------------------------------- backends
@@ -249,6 +99,19 @@ class SGMCMCBackend(Backend):
     def draw_index(self, config) -> Callable[[int], Optional[int]]:
         """Step ``t`` (0-based) → the draw slot of the state after it, or ``None``."""
         return thinned(config.warmup_steps, config.thin)
+
+    def step_counts(self, config) -> dict:
+        """The options that set the number of steps, scaled down together by the budget's advice."""
+        return {"warmup_steps": config.warmup_steps, "num_samples": config.num_samples}
+
+    def _monitor(self, bnn, x, config, dim: int, started: float):
+        """The :func:`~inference.mcmc.budget.time_budget` of ``config`` (or ``None``), checked over the first tenth
+        of the steps (a step's cost does not change)."""
+        total = self.num_iterations(config)
+        advise = lambda p: sampler_advice(p, counts=self.step_counts(config), num_chains=config.num_chains, dim=dim,  # noqa: E731
+                                          last_dim=last_layer_dim(bnn, x if isinstance(x, torch.Tensor) else None))
+        return None if config.time_budget is None else time_budget(
+            config.time_budget, total, started, name=self.name, advise=advise, check_until=total // 10 + WINDOW)
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         return self._run(bnn, x, y, config, seed, progress)
@@ -282,6 +145,9 @@ class SGMCMCBackend(Backend):
         generator = torch.Generator().manual_seed(seed)
         potential = Potential(bnn, x, y)
         loader = x if isinstance(x, LoaderBatches) else None
+        if isinstance(config, CyclicalConfig):  # cycles in epochs: the DataLoader's batches or ⌈N / batch_size⌉ steps
+            batch = min(config.batch_size or potential.num_data, potential.num_data)
+            config = config.resolved(loader.steps_per_epoch if loader else math.ceil(potential.num_data / batch))
         z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
                                         data=loader, fitted=fitted)
         jitter = torch.randn(config.num_chains, z0.shape[-1], generator=generator)  # unit draws, scaled below
@@ -304,6 +170,7 @@ class SGMCMCBackend(Backend):
             "num_data": potential.num_data,
             "num_chains": config.num_chains,
             "num_random": potential.dim,
+            "output_head": None if loader is not None else head_module(bnn, x)[0],
             **init_record,
             **loader_info(x),
         }
@@ -315,7 +182,9 @@ class SGMCMCBackend(Backend):
             num_draws=config.num_samples, draw_index=self.draw_index(config),
             num_warmup=getattr(config, "warmup_steps", 0), progress=progress,
             desc=f"{self.name} ({config.num_chains} chains)", max_backoffs=config.max_backoffs,
-            collapse=check.fresh,
+            collapse=check.fresh, monitor=self._monitor(bnn, x, config, potential.dim, started),
+            head=info["output_head"],
+            first_batch=None if loader is None else lambda: next(iter(loader.epoch(generator))),
         )  # fmt: skip
 
 
@@ -372,6 +241,9 @@ class CyclicalSGMCMCBackend(SGMCMCBackend):
 
     def num_iterations(self, config) -> int:
         return config.num_cycles * config.length
+
+    def step_counts(self, config) -> dict:
+        return {"cycle_epochs": config.cycle_epochs}  # the cycles' length is proportional to it, the draws stay
 
     def draw_index(self, config):
         return cycle_draw_index(config.length, config.num_samples // config.num_cycles, config.thin,

@@ -9,6 +9,8 @@ ArviZ's rank-normalised split R-hat and bulk/tail ESS (Vehtari et al. 2021) of t
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import arviz as az
 import numpy as np
 import torch
@@ -16,7 +18,7 @@ import torch
 from inference.evaluation.arviz_export import quiet_arviz
 
 __all__ = ["PREDICTIVE_VARS", "RHAT_WARNING", "predictive_summary", "convergence_metrics", "convergence_warning",
-           "tree_depth_saturation", "MIN_DRAWS_PER_CHAIN"]
+           "tree_depth_saturation", "MIN_DRAWS_PER_CHAIN", "draws_convergence", "convergence_row"]
 
 PREDICTIVE_VARS = ("f_mean", "log_joint")
 
@@ -65,6 +67,48 @@ def convergence_metrics(idata: az.InferenceData) -> dict:
     return out
 
 
+def draws_convergence(quantities: dict) -> dict:
+    """R-hat and ESS of per-draw quantities, overall and per quantity, from arrays (no ``InferenceData`` needed).
+
+    Args:
+        quantities: ``{name: [C, S, ...]}`` numpy arrays or tensors, ``C`` chains of ``S`` draws (e.g.
+            ``f_mean`` ``[C, S, P, O]``, ``log_joint`` ``[C, S]``, a likelihood latent).
+    Returns:
+        ``{"rhat_max", "ess_bulk_min", "ess_tail_min", "by_quantity": {name: {"rhat_max", "ess_bulk_min",
+        "ess_tail_min"}}}``: ArviZ's rank-normalised split R-hat and bulk / tail ESS (Vehtari et al. 2021), the
+        worst over each quantity's elements and over all quantities.  R-hat is ``None`` with one chain and
+        everything is ``None`` below :data:`MIN_DRAWS_PER_CHAIN` draws; a quantity constant over the draws
+        (R-hat undefined) is left out of the maxima.
+    """
+    arrays = {name: np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
+              for name, value in quantities.items()}
+    empty = {"rhat_max": None, "ess_bulk_min": None, "ess_tail_min": None}
+    shapes = {a.shape[:2] for a in arrays.values()}
+    if not arrays or len(shapes) != 1:
+        raise ValueError(f"quantities need one shared [chains, draws] shape, got {sorted(shapes)}")
+    chains, draws = shapes.pop()
+    if draws < MIN_DRAWS_PER_CHAIN:
+        return {**empty, "by_quantity": {}}
+    by_quantity = {}
+    with quiet_arviz():
+        for name, array in arrays.items():
+            data = az.convert_to_dataset({name: array})
+            row = {"rhat_max": _worst(az.rhat(data)[name].values, np.nanmax) if chains > 1 else None,
+                   "ess_bulk_min": _worst(az.ess(data, method="bulk")[name].values, np.nanmin),
+                   "ess_tail_min": _worst(az.ess(data, method="tail")[name].values, np.nanmin)}
+            by_quantity[name] = row
+    out = {key: _worst([row[key] for row in by_quantity.values() if row[key] is not None],
+                       np.nanmax if key == "rhat_max" else np.nanmin) for key in empty}
+    return {**out, "by_quantity": by_quantity}
+
+
+def _worst(values, reduce):
+    """``reduce`` over the finite entries of ``values`` as a float, ``None`` when there are none."""
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    values = values[np.isfinite(values)]
+    return float(reduce(values)) if values.size else None
+
+
 def tree_depth_saturation(tree_depth, max_tree_depth: int) -> float:
     """Fraction of NUTS transitions whose tree reached ``max_tree_depth`` (Stan's tree-depth warning).
 
@@ -91,3 +135,18 @@ def convergence_warning(metrics: dict):
         f"draws do not yet represent one posterior{cause}; run longer chains, sample fewer weights (e.g. "
         f"stochastic='last') or see docs/mcmc.md, 'When NUTS does not mix'"
     )
+
+
+def convergence_row(info: dict) -> Optional[tuple]:
+    """The posterior summary's ``("convergence", ...)`` row from the fit's record in ``info``
+    (:func:`inference.mcmc.convergence.chain_convergence`), or ``None`` without one."""
+    record = info.get("convergence")
+    if not isinstance(record, dict) or info.get("ess_bulk_min") is None:
+        return None
+    names = ", ".join(record.get("quantities", {}))
+    rhat = info.get("rhat_max")
+    text = (f"R-hat max {rhat:.3g}, " if rhat is not None else "R-hat n/a (1 chain), ") + \
+        f"bulk ESS min {info['ess_bulk_min']:.0f}, tail ESS min {info.get('ess_tail_min') or 0:.0f} ({names})"
+    if rhat is not None and rhat > RHAT_WARNING:
+        text += f"; above {RHAT_WARNING}: the chains have not mixed"
+    return "convergence", text

@@ -9,7 +9,11 @@
   parameters: automatic parameter tuning"): a fast initial buffer (75 iterations), slow
   windows of 25, 50, 100, … iterations in which the metric is estimated, a fast final buffer
   (50); 15 % / 75 % / 10 % for warm-ups too short for that.
-* :func:`find_step_size` — the initial step-size heuristic (Hoffman & Gelman 2014, Alg. 4).
+* :func:`find_step_size` — the initial step-size heuristic (Hoffman & Gelman 2014, Alg. 4) with the
+  acceptance threshold 0.8 of Stan and NumPyro (Alg. 4's ½ starts at a step twice as large, which
+  the dual averaging's first iterates, at up to 10 ε₀, push into divergence).
+* :func:`metric_choice` — diagonal or dense metric, per chain or pooled, re-estimated or kept, from the
+  dimension, the draws the last slow window will hold and the start (``"auto"`` options).
 * :func:`window_adaptation` — all of them together: after every slow window the metric is
   replaced, the estimator restarted and the step size re-initialised by Alg. 4.
 """
@@ -25,8 +29,18 @@ from inference.mcmc.mass_matrix import Metric, euclidean_metric, identity_metric
 
 __all__ = [
     "Adaptation", "DualAveragingState", "dual_averaging", "WelfordState", "welford_covariance",
-    "adaptation_windows", "find_step_size", "WindowState", "window_adaptation",
+    "adaptation_windows", "find_step_size", "WindowState", "window_adaptation", "metric_choice",
+    "DENSE_MAX_DIM", "DENSE_DRAWS_PER_DIM", "STEP_SIZE_ACCEPT", "MetricPlan",
 ]  # fmt: skip
+
+#: the one-step acceptance probability :func:`find_step_size` brackets (Stan's ``init_stepsize``, NumPyro's
+#: ``find_reasonable_step_size``)
+STEP_SIZE_ACCEPT = 0.8
+#: ``dense_mass="auto"`` chooses a dense metric up to this many dimensions (its O(D²) matrix-vector product
+#: per leapfrog step stays below the gradient's cost of the networks sampled whole at that size)
+DENSE_MAX_DIM = 200
+#: ... and only when the last slow window holds at least this many (pooled) draws per dimension
+DENSE_DRAWS_PER_DIM = 2
 
 
 class Adaptation(NamedTuple):
@@ -83,12 +97,14 @@ def dual_averaging(target_accept: float, gamma: float = 0.05, t0: float = 10.0, 
     return Adaptation(init, update, final)
 
 
-def find_step_size(value_and_grad, state, step_size, metric: Metric, generator, max_doublings: int = 40) -> torch.Tensor:
+def find_step_size(value_and_grad, state, step_size, metric: Metric, generator, max_doublings: int = 40,
+                   accept: float = STEP_SIZE_ACCEPT) -> torch.Tensor:
     """Per-chain initial step size ``[C]``: double or halve ``step_size`` until the acceptance
     probability of one leapfrog step from ``state`` (z, log π, ∇ log π) with fresh momenta
-    crosses ½ (Hoffman & Gelman 2014, Alg. 4)."""
+    crosses ``accept`` (Hoffman & Gelman 2014, Alg. 4, whose threshold is ½; 0.8 as in Stan and NumPyro);
+    the step size returned is the first beyond the crossing."""
     z, lp, grad = state
-    log_half = math.log(0.5)
+    log_half = math.log(accept)
 
     def log_ratio(eps):
         point = IntegratorState(z, sample_momentum(metric, generator), lp, grad)
@@ -172,6 +188,49 @@ def adaptation_windows(warmup: int, init_buffer: int = 75, term_buffer: int = 50
     return windows
 
 
+class MetricPlan(NamedTuple):
+    """How the warm-up treats the metric: ``dense`` or diagonal, ``pooled`` over the chains or per chain, and
+    ``estimate``: re-estimated from the draws in Stan's windows, or kept as it starts."""
+
+    dense: bool
+    pooled: bool
+    estimate: bool
+
+
+def metric_choice(dense_mass, pool_adaptation, adapt_mass, dim: int, num_warmup: int, num_chains: int,
+                  curvature: bool = False, output_layer: bool = False) -> MetricPlan:
+    """The :class:`MetricPlan` for the options ``dense_mass``, ``pool_adaptation`` and ``adapt_mass`` (each
+    ``True``, ``False`` or ``"auto"``), a start from the curvature (``curvature``) or the identity, and a
+    posterior over an output layer alone (``output_layer``) or a network.
+
+    ``"auto"``:
+
+    * dense when ``dim`` ≤ :data:`DENSE_MAX_DIM` and the last slow window of :func:`adaptation_windows`
+      holds, over all chains, at least :data:`DENSE_DRAWS_PER_DIM` draws per dimension (the defaults, 200
+      warm-up iterations of 4 chains: a last window of 50 iterations, 200 draws, so up to 100
+      dimensions), or when the metric starts from the curvature of an output layer (computed up to
+      :data:`~inference.mcmc.initial_metric.CURVATURE_MAX_DIM` dimensions: its matrix-vector product,
+      D² per chain and leapfrog step, stays below the output layer's gradient, N·D, for D < N).  A
+      diagonal metric cannot follow the correlations of a last layer's posterior (its features are
+      correlated): every NUTS trajectory then hits the tree-depth cap, where a dense one takes a few
+      dozen steps;
+    * pooled (one matrix from all chains' draws, C times the draws) when dense;
+    * estimated from the draws, except a dense metric from the curvature of an output layer, which is
+      kept: a last layer's posterior is close to its Laplace approximation, and the windows' estimates
+      from 100–200 draws were worse (energy's last layer: 42 leapfrog steps per iteration after them
+      against 8 with the curvature; docs/mcmc.md, "Metric").  A network's curvature at the MAP is no
+      such description: its metric is re-estimated, as Stan's and NumPyro's.
+    """
+    windows = adaptation_windows(num_warmup)
+    draws = num_chains * (windows[-1][1] - windows[-1][0]) if windows else 0
+    laplace = curvature and output_layer
+    enough = draws >= DENSE_DRAWS_PER_DIM * dim
+    dense = dense_mass if dense_mass != "auto" else ((dim <= DENSE_MAX_DIM and enough) or laplace)
+    pooled = pool_adaptation if pool_adaptation != "auto" else bool(dense)
+    estimate = adapt_mass if adapt_mass != "auto" else not (dense and laplace)
+    return MetricPlan(bool(dense), bool(pooled), bool(estimate))
+
+
 # ---------------------------------------------------------------------- together
 class WindowState(NamedTuple):
     """The warm-up state: the current ``step_size`` ``[C]`` and ``metric`` (what a transition
@@ -199,7 +258,8 @@ def window_adaptation(
     ``find_step_size(state, step_size, metric) -> step_size`` re-initialises the step size
     (:func:`find_step_size` with the potential and generator bound).
 
-    * ``init(state, step_size [C]) -> WindowState``: identity metric; step size from
+    * ``init(state, step_size [C], metric=None) -> WindowState``: ``metric`` (e.g. from the curvature at
+      the start, :mod:`inference.mcmc.initial_metric`), the identity by default; step size from
       ``find_step_size`` when it is adapted and there is a warm-up.
     * ``update(ws, state, info) -> WindowState`` after every warm-up transition, with the
       chains' new ``state`` (z, log π, ∇ log π) and the transition's ``info["accept_prob"]``.
@@ -209,9 +269,9 @@ def window_adaptation(
     windows = adaptation_windows(num_warmup) if adapt_mass else []
     window_ends = {end for _, end in windows}
 
-    def init(state, step_size: torch.Tensor) -> WindowState:
+    def init(state, step_size: torch.Tensor, metric: Optional[Metric] = None) -> WindowState:
         num_chains, dim = state.z.shape
-        metric = identity_metric(num_chains, dim, dense, like=state.z)
+        metric = identity_metric(num_chains, dim, dense, like=state.z) if metric is None else metric
         step_size = step_size.to(state.z.device)
         if adapt_step_size and num_warmup > 0:
             step_size = find_step_size(state, step_size, metric)

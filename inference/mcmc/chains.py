@@ -6,22 +6,26 @@
   ``step_size``, Welford (co)variance metric, the initial step-size heuristic of Hoffman & Gelman 2014,
   Alg. 4, after every slow window) to :func:`~inference.mcmc.driver.run_chains`, and returns the draws,
   the per-draw statistics and a record of the adapted step sizes and masses;
-* :func:`sampling_warnings` — Stan's warnings on divergent transitions and saturated NUTS trees.
+* :func:`sampling_warnings` — Stan's warnings on divergent transitions and saturated NUTS trees;
+* :func:`last_layer_dim` — the random values a model would have with ``stochastic="last"`` (for the
+  advice of :class:`~inference.mcmc.budget.TimeBudgetExceeded`).
 """
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from inference.evaluation.diagnostics import tree_depth_saturation
 from inference.mcmc.adaptation import find_step_size, window_adaptation
+from inference.mcmc.budget import Monitor
 from inference.mcmc.driver import run_chains, thinned
 from inference.mcmc.kernels import HMCState
+from inference.mcmc.mass_matrix import Metric
 from inference.optim.potential import Potential
 
-__all__ = ["jittered_starts", "sample_chains", "sampling_warnings"]
+__all__ = ["jittered_starts", "sample_chains", "sampling_warnings", "last_layer_dim"]
 
 
 def jittered_starts(z0: torch.Tensor, num_chains: int, jitter: float, generator: torch.Generator) -> torch.Tensor:
@@ -34,6 +38,7 @@ def sample_chains(
     potential: Potential, z0: torch.Tensor, transition: Callable, generator: torch.Generator, progress: bool,
     name: str, *, warmup_steps: int, num_samples: int, thin: int, step_size: float, target_accept: float,
     dense_mass: bool, pool_adaptation: bool, adapt_step_size: bool, adapt_mass: bool,
+    monitor: Optional[Monitor] = None, initial_metric: Optional[Metric] = None,
 ) -> tuple[torch.Tensor, dict, dict]:
     """Warm up and sample all chains; returns ``(z draws [C, S, D], stats {name: [C, S]}, record)``.
 
@@ -41,7 +46,9 @@ def sample_chains(
     :mod:`inference.mcmc.kernels`; ``z0`` ``[C, D]`` are the chains' starting points.  ``warmup_steps``
     adaptation iterations (``target_accept``, ``dense_mass``, ``pool_adaptation``, ``adapt_step_size``,
     ``adapt_mass`` of :func:`~inference.mcmc.adaptation.window_adaptation`, from ``step_size``) are
-    followed by ``num_samples · thin`` iterations of which every ``thin``-th is kept.
+    followed by ``num_samples · thin`` iterations of which every ``thin``-th is kept.  ``monitor`` (a
+    :func:`~inference.mcmc.budget.time_budget`) may stop the run; ``initial_metric`` is the warm-up's first
+    metric (default the identity).
 
     Raises:
         ValueError: the log density or its gradient is not finite at a start.
@@ -59,7 +66,7 @@ def sample_chains(
         adapt_step_size=adapt_step_size, adapt_mass=adapt_mass,
         find_step_size=lambda s, step_size, metric: find_step_size(vg, s, step_size, metric, generator),
     )  # fmt: skip
-    params = adaptation.init(state, torch.full((z0.shape[0],), float(step_size)))
+    params = adaptation.init(state, torch.full((z0.shape[0],), float(step_size)), initial_metric)
 
     def step(state, params):
         new, info = transition(state, params.step_size, params.metric, generator)
@@ -69,7 +76,7 @@ def sample_chains(
         step, state, params=params, adaptation=adaptation, num_warmup=warmup_steps,
         num_iterations=warmup_steps + num_samples * thin, num_draws=num_samples,
         draw_index=thinned(warmup_steps, thin), progress=progress,
-        desc=f"{name} ({z0.shape[0]} chains, {z0.shape[1]} dims)",
+        desc=f"{name} ({z0.shape[0]} chains, {z0.shape[1]} dims)", monitor=monitor,
     )  # fmt: skip
     stats = dict(run.stats)
     stats["acceptance_rate"] = stats.pop("accept_prob")
@@ -112,3 +119,20 @@ def sampling_warnings(name: str, stats: dict, target_accept: float, max_tree_dep
             stacklevel=stacklevel + 1,
         )
     return divergences, saturated
+
+
+def last_layer_dim(bnn, x) -> Optional[int]:
+    """The random values of ``bnn`` with ``stochastic="last"``: the output module(s) of
+    :func:`zoo.stochastic.last_module_names` (found on the first two rows of ``x`` when it is a tensor)
+    plus the likelihood's latents; ``None`` when they cannot be found."""
+    from zoo.stochastic import last_module_names
+
+    example = x[:2] if isinstance(x, torch.Tensor) else None
+    try:
+        names = last_module_names(bnn.net, example)
+    except Exception:  # noqa: BLE001 - only advice: a network whose last layer cannot be found gets none
+        return None
+    modules = dict(bnn.net.named_modules())
+    weights = sum(p.numel() for name in names for p in modules[name].parameters())
+    latents = sum(int(torch.Size(bnn.site_shapes[name]).numel()) for name in bnn.latent_priors())
+    return int(weights + latents)

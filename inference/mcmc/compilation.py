@@ -6,7 +6,10 @@ fresh process (dynamo, AOT autograd, inductor and a C++ compile; docs/mcmc.md, "
 cost").  A fit of a few thousand gradients is over before a compile would have paid back.
 
 :class:`LazyCompile` decides while the chains run, as in the ski-rental problem: it starts
-with the eager transition, times each iteration, and switches to the compiled one once the
+with the eager transition, times each iteration in CPU seconds of its thread (so that other jobs on a
+shared machine, which slow the compile as much as the iterations, do not tip the rule: at load 24 on 2
+cores, wall-clock timing compiled a 10-step-per-iteration last-layer fit for minutes that ran eagerly
+in seconds), and switches to the compiled one once the
 eager time the remaining iterations would still take, times the share compiling saves
 (1 − :data:`COMPILED_COST_FRACTION`), exceeds the expected compile time — the time measured for
 the same compiled unit earlier in this process, else :data:`COLD_COMPILE_SECONDS`.  Since each
@@ -32,14 +35,18 @@ child processes on another core while the start and the first eager iterations g
 """
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import warnings
+from collections import deque
 from typing import Callable, Optional
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
+from inference.mcmc.budget import WINDOW, Forecast
 
 __all__ = ["COMPILE_MODES", "COLD_COMPILE_SECONDS", "COMPILED_COST_FRACTION", "EagerOverBudget", "LazyCompile",
            "compile_blocker", "eager_budget", "interruptible", "should_compile", "unit_key", "warm_cpu_compiler"]
@@ -55,7 +62,7 @@ COMPILED_COST_FRACTION = 0.25
 
 _measured: dict = {}  # compiled unit's key -> seconds its first compiled call took in this process
 _warming: list = []  # the one background thread of warm_cpu_compiler, once started
-_deadline = threading.local()  # .at: the perf_counter time past which the running eager iteration gives way
+_deadline = threading.local()  # .at: the thread CPU time past which the running eager iteration gives way
 _ABANDONED = object()  # what LazyCompile._eager returns for an iteration it gave up
 
 
@@ -70,7 +77,7 @@ def interruptible(unit: Callable) -> Callable:
 
     def call(*args):
         at = getattr(_deadline, "at", None)
-        if at is not None and time.perf_counter() > at:
+        if at is not None and time.thread_time() > at:
             raise EagerOverBudget
         return unit(*args)
 
@@ -112,13 +119,17 @@ def warm_cpu_compiler() -> Optional[threading.Thread]:
     return _warming[0]
 
 
-def compile_blocker(bnn) -> Optional[str]:
+def compile_blocker(bnn, head: Optional[str] = None) -> Optional[str]:
     """Why ``torch.compile`` cannot compile the potential of ``bnn``, or ``None``.
 
     Recurrent modules (``nn.RNNBase``: GRU, LSTM, RNN) are not traced by dynamo and have no ``vmap``
     batching rule; a network that :meth:`~zoo.bnn.BayesianNetwork.check_forward` found ``vmap`` cannot
     batch is evaluated draw by draw, a Python loop that cannot go inside the compiled ``while_loop``.
+    With ``head`` (the sampled output module evaluated on cached features, :mod:`inference.optim.output_head`)
+    only that module is compiled, and the body does not matter.
     """
+    if head is not None:
+        return None
     recurrent = next((type(m).__name__ for m in bnn.net.modules() if isinstance(m, nn.RNNBase)), None)
     if recurrent is not None:
         return f"the network has a recurrent layer ({recurrent}), which torch.compile does not trace"
@@ -167,7 +178,8 @@ class LazyCompile:
     After the run, :attr:`record` holds ``compile`` (the mode), ``compiled_from`` (the first
     compiled iteration or ``None``), ``compile_seconds`` (that call's wall time),
     ``compile_skipped`` (the blocker, if any) and ``eager_abandoned`` (the iteration whose eager run was
-    abandoned for the compiled one, or ``None``).
+    abandoned for the compiled one, or ``None``).  :meth:`forecast` gives the cost of the remaining
+    iterations (for :func:`inference.mcmc.budget.time_budget`).
     """
 
     def __init__(self, build: Callable[[bool], Callable], mode, total: int, key: tuple, blocker: Optional[str] = None,
@@ -185,17 +197,37 @@ class LazyCompile:
         if self.enabled and device is not None and torch.device(device).type == "cpu":
             warm_cpu_compiler()
         self.done, self.eager_seconds = 0, 0.0
+        self._recent = deque(maxlen=WINDOW)  # seconds of the recent calls in the current mode (no compile call)
         if self.enabled and mode is True:
             self._switch()
 
     def _switch(self) -> None:
         self.compiled = self.build(True)
         self.record["compiled_from"] = self.done
+        self._recent.clear()
+
+    def forecast(self, measured: Optional[float] = None) -> Optional[Forecast]:
+        """The cost of the iterations still to run (``measured``, the caller's own rate, is not used: the
+        calls are timed here, per mode), or ``None`` before a call has been timed in the current mode.
+
+        Compiled: the median of the recent compiled calls (the first, which compiled, left out).  Eager
+        with compilation possible: what :func:`should_compile` would choose for the remaining iterations —
+        the compiled rate (:data:`COMPILED_COST_FRACTION` of the eager median) and the expected compile
+        time when compiling pays, else the eager median.  Eager only: the eager median."""
+        if not self._recent:
+            return None
+        rate = statistics.median(self._recent)
+        remaining = self.total - self.done
+        if self.compiled is None and self.enabled and remaining * rate * (1 - COMPILED_COST_FRACTION) > self._compile_seconds():
+            return Forecast(rate * COMPILED_COST_FRACTION, self._compile_seconds())
+        return Forecast(rate)
 
     def __call__(self, state, *args):
         if self.compiled is None:
+            began = time.perf_counter()
             out = self._eager(state, args)
             if out is not _ABANDONED:
+                self._recent.append(time.perf_counter() - began)
                 self.done += 1
                 if self.enabled and should_compile(self.eager_seconds, self.done, self.total, self._compile_seconds()):
                     self._switch()
@@ -208,7 +240,9 @@ class LazyCompile:
             bar.update(1)
             bar.close()
         else:
+            began = time.perf_counter()
             out = self.compiled(state, *args)
+            self._recent.append(time.perf_counter() - began)
         self.done += 1
         return out
 
@@ -221,7 +255,7 @@ class LazyCompile:
         budget = eager_budget(self.eager_seconds, self.done, self.total, self._compile_seconds()) if self.enabled else None
         generators = [arg for arg in args if isinstance(arg, torch.Generator)]
         saved = [generator.get_state() for generator in generators]
-        started = time.perf_counter()
+        started = time.thread_time()  # CPU seconds: other jobs on the machine do not make an iteration look costly
         _deadline.at = None if budget is None else started + budget
         try:
             out = self.eager(state, *args)
@@ -233,7 +267,7 @@ class LazyCompile:
             return _ABANDONED
         finally:
             _deadline.at = None
-            self.eager_seconds += time.perf_counter() - started
+            self.eager_seconds += time.thread_time() - started
         return out
 
 

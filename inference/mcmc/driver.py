@@ -6,7 +6,9 @@ Adaptation` (whose state is the ``params`` the transition reads), keeps the draw
 ``draw_index``, and shows ``tqdm.auto`` progress bars, one for the warm-up and one for the
 sampling iterations, unless ``progress=False``.  States
 are NamedTuples with fields ``z`` ``[C, D]``, ``log_density`` ``[C]`` and ``grad`` ``[C, D]``;
-``info`` is a dict of per-chain ``[C]`` tensors, stored per kept draw as ``[C, S]``.
+``info`` is a dict of per-chain ``[C]`` tensors, stored per kept draw as ``[C, S]``.  An optional
+:class:`~inference.mcmc.budget.Monitor` sees every iteration's wall time and ``info`` and may stop the
+run by raising (:func:`inference.mcmc.budget.time_budget`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from inference.mcmc.adaptation import Adaptation
+from inference.mcmc.budget import Monitor
 
 __all__ = ["ChainRun", "run_chains", "thinned"]
 
@@ -76,13 +79,16 @@ def run_chains(
     stop_when: Optional[Callable[[int, Any], bool]] = None,
     progress: bool = True,
     desc: str = "",
+    monitor: Optional[Monitor] = None,
 ) -> ChainRun:
     """Run ``num_iterations`` transitions of all chains; keep ``num_draws`` draws per chain.
 
     Iterations ``it < num_warmup`` update ``params`` with ``adaptation.update(params, state, info)``
     and end with ``adaptation.final(params)``; their draws are never kept.  ``draw_index(it)``
     names the draw slot of a later iteration's new state (or ``None``).  ``stop_when(it, state)``, when
-    given, is asked after each iteration's (finite) new state; ``True`` stops the run there.
+    given, is asked after each iteration's (finite) new state; ``True`` stops the run there.  ``monitor.update(m, seconds,
+    info)`` follows every iteration (its wall ``seconds``, adaptation included); what it raises ends the
+    run (the progress bars closed).
     """
     num_chains, dim = state.z.shape
     keep = state.z.new_empty(num_chains, num_draws, dim)
@@ -91,45 +97,51 @@ def run_chains(
     phases = [(f"{desc} warm-up", num_warmup), (f"{desc} sampling", num_iterations - num_warmup)]
     bars = [tqdm(total=n, desc=label, disable=not progress or n <= 0) for label, n in phases if n > 0]
     started, warmup_seconds = time.perf_counter(), 0.0
-    for it in range(num_iterations):
-        bar = bars[0] if it < num_warmup or len(bars) == 1 else bars[1]
-        new, info = transition(state, params)
-        if stop_on_non_finite and not _finite(new):
-            stopped_at = it
-            break
-        state = new
-        if stop_when is not None and stop_when(it, state):
-            stopped_at = it
-            break
-        if "diverging" in info:
-            count = int(info["diverging"].sum())
-            warmup_divergences += count if it < num_warmup else 0
-            divergences += count if it >= num_warmup else 0
-        if it < num_warmup:
-            if adaptation is not None:
-                params = adaptation.update(params, state, info)
-            if it + 1 == num_warmup:
-                if adaptation is not None:
-                    params = adaptation.final(params)
-                warmup_seconds = time.perf_counter() - started
-        else:
-            draw = draw_index(it)
-            if draw is not None:
-                keep[:, draw] = state.z
-                for key, value in info.items():
-                    stats.setdefault(key, value.new_empty(num_chains, num_draws))[:, draw] = value
-                num_kept = draw + 1
-        if progress and it % 10 == 0:
-            postfix = {"lp": f"{float(state.log_density.mean()):.4g}"}
-            if "step_size" in info:
-                postfix["step"] = f"{float(info['step_size'].mean()):.3g}"
+    watch = monitor.init() if monitor is not None else None
+    try:
+        for it in range(num_iterations):
+            bar = bars[0] if it < num_warmup or len(bars) == 1 else bars[1]
+            began = time.perf_counter()
+            new, info = transition(state, params)
+            if stop_on_non_finite and not _finite(new):
+                stopped_at = it
+                break
+            state = new
+            if stop_when is not None and stop_when(it, state):
+                stopped_at = it
+                break
             if "diverging" in info:
-                postfix["div"] = divergences if it >= num_warmup else warmup_divergences
-            bar.set_postfix(postfix, refresh=False)
-        bar.update(1)
-        if it + 1 == num_warmup:
+                count = int(info["diverging"].sum())
+                warmup_divergences += count if it < num_warmup else 0
+                divergences += count if it >= num_warmup else 0
+            if it < num_warmup:
+                if adaptation is not None:
+                    params = adaptation.update(params, state, info)
+                if it + 1 == num_warmup:
+                    if adaptation is not None:
+                        params = adaptation.final(params)
+                    warmup_seconds = time.perf_counter() - started
+            else:
+                draw = draw_index(it)
+                if draw is not None:
+                    keep[:, draw] = state.z
+                    for key, value in info.items():
+                        stats.setdefault(key, value.new_empty(num_chains, num_draws))[:, draw] = value
+                    num_kept = draw + 1
+            if progress and it % 10 == 0:
+                postfix = {"lp": f"{float(state.log_density.mean()):.4g}"}
+                if "step_size" in info:
+                    postfix["step"] = f"{float(info['step_size'].mean()):.3g}"
+                if "diverging" in info:
+                    postfix["div"] = divergences if it >= num_warmup else warmup_divergences
+                bar.set_postfix(postfix, refresh=False)
+            bar.update(1)
+            if it + 1 == num_warmup:
+                bar.close()
+            if monitor is not None:
+                watch = monitor.update(watch, time.perf_counter() - began, info)
+    finally:
+        for bar in bars:
             bar.close()
-    for bar in bars:
-        bar.close()
     sampling_seconds = time.perf_counter() - started - warmup_seconds
     return ChainRun(keep, stats, num_kept, state, params, warmup_divergences, warmup_seconds, sampling_seconds, stopped_at)

@@ -19,7 +19,9 @@ factorised Normal prior on the weights (the common case) is evaluated as one
 expression over the flat weight slice instead of site by site (the same density).
 Minibatches are rows ``index`` of the stored data (:meth:`Potential.log_density`), or batch
 tensors themselves (:meth:`Potential.batch_log_density`, for a DataLoader's batches, where the
-potential holds only N).
+potential holds only N).  While :meth:`Potential.cached_head` is active, the rows ``index`` of the
+stored data are evaluated from the sampled output module's cached input
+(:mod:`inference.optim.output_head`) instead of the whole network: the same density, the body run once.
 
 :func:`frozen_deterministic` holds the deterministic parameters during a sampler's loop and
 :func:`compiled` ``torch.compile`` s a function of the potential; the starting point (the
@@ -42,6 +44,7 @@ from torch.distributions import biject_to
 from torch.func import grad_and_value
 
 from inference.optim.batches import LoaderBatches
+from inference.optim.output_head import OutputHead, cache_head
 
 __all__ = ["Potential", "frozen_deterministic", "compiled"]
 
@@ -107,6 +110,7 @@ class Potential:
             self._loc, self._inv_scale = loc, 1.0 / scale
             self._log_norm = float(-(scale.log().sum()) - 0.5 * loc.numel() * math.log(2 * math.pi))
         self._slow = self.blocks[len(self._fast):]
+        self.head: Optional[OutputHead] = None
 
     @property
     def device(self) -> torch.device:
@@ -143,16 +147,47 @@ class Potential:
         return self.unpack(z)[0]
 
     # ------------------------------------------------------------------ density
+    @contextlib.contextmanager
+    def cached_head(self, name: Optional[str]):
+        """Within the context, the stored rows are evaluated through the output module ``name``'s input, computed
+        here once (:func:`~inference.optim.output_head.cache_head`): enter it once the deterministic parameters
+        are final and frozen (:func:`frozen_deterministic`).  ``name`` ``None`` (no such module,
+        :func:`~inference.optim.output_head.head_module`) changes nothing."""
+        if name is None or self.x is None:
+            yield self
+            return
+        self.head = cache_head(self.bnn, name, self.x)
+        try:
+            yield self
+        finally:
+            self.head = None
+
+    def outputs(self, z: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Network outputs ``[C, n, O]`` (standardised units or logits) of the draws ``z`` ``[C, D]`` on the stored
+        rows ``index`` (all when ``None``)."""
+        values, _ = self.unpack(z)
+        if self.head is not None:
+            return self.head.outputs(self.bnn, values, index)
+        return self.bnn.forward_draws(values, self.x if index is None else self.x[index])
+
     def log_density(self, z: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``[C]`` log π(z) on the full data, or on minibatch ``index`` with the N/n scaling."""
-        x, y = (self.x, self.y) if index is None else (self.x[index], self.y[index])
-        return self.batch_log_density(z, x, y)
+        y = self.y if index is None else self.y[index]
+        if self.head is not None:
+            values, log_det = self.unpack(z)
+            f = self.head.outputs(self.bnn, values, index)
+            log_lik = self.bnn.likelihood.log_prob(f, y, self.bnn.latents_of(values))
+            return self._log_prior(z, values, log_det + (self.num_data / y.shape[0]) * log_lik.sum(-1))
+        return self.batch_log_density(z, self.x if index is None else self.x[index], y)
 
     def batch_log_density(self, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``[C]`` log π(z) with the likelihood of the batch ``x [n, ...]``, ``y [n, ...]`` scaled by N/n."""
         values, log_det = self.unpack(z)
         scale = self.num_data / x.shape[0]
-        lp = log_det + scale * self.bnn.log_likelihood(values, x, y).sum(-1)
+        return self._log_prior(z, values, log_det + scale * self.bnn.log_likelihood(values, x, y).sum(-1))
+
+    def _log_prior(self, z: torch.Tensor, values: dict, lp: torch.Tensor) -> torch.Tensor:
+        """``lp`` plus the log prior of ``values`` (the factorised Normal weights as one expression over ``z``)."""
         if self._fast:
             w = (z[..., : self._fast_stop] - self._loc) * self._inv_scale
             lp = lp + (self._log_norm - 0.5 * (w * w).sum(-1))
@@ -162,8 +197,11 @@ class Potential:
 
     def value_and_grad(self, z: torch.Tensor, index: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log π(z) [C], ∇_z log π(z) [C, D])`` — one batched forward and reverse pass."""
-        x, y = (self.x, self.y) if index is None else (self.x[index], self.y[index])
-        return self.batch_value_and_grad(z, x, y)
+        with torch.enable_grad():
+            z = z.detach().requires_grad_(True)
+            lp = self.log_density(z, index)
+            (grad,) = torch.autograd.grad(lp.sum(), z)
+        return lp.detach(), grad
 
     def batch_value_and_grad(self, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`value_and_grad` on the batch ``x [n, ...]``, ``y [n, ...]`` (likelihood scaled by N/n)."""

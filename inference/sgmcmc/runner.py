@@ -22,6 +22,8 @@ from typing import Callable, Iterator, NamedTuple, Optional
 
 import torch
 
+from inference.mcmc.budget import Monitor
+from inference.mcmc.convergence import chain_convergence
 from inference.mcmc.driver import run_chains
 from inference.optim.batches import LoaderBatches, minibatches
 from inference.optim.potential import Potential, frozen_deterministic
@@ -158,21 +160,28 @@ def sample_sgmcmc(bnn, potential: Potential, make_kernel: Callable[[float], Kern
                   z: torch.Tensor, generator: torch.Generator, info: dict, started: float, *, num_iterations: int,
                   num_draws: int, draw_index: Callable[[int], Optional[int]], num_warmup: int, progress: bool,
                   desc: str, collapse: Optional[Callable[[], CollapseCheck]] = None,
-                  max_backoffs: int = MAX_BACKOFFS) -> SamplePosterior:
+                  max_backoffs: int = MAX_BACKOFFS, monitor: Optional[Monitor] = None, head: Optional[str] = None,
+                  first_batch: Optional[Callable[[], tuple]] = None) -> SamplePosterior:
     """Run the kernel ``make_kernel(step_size)`` from the starts ``z`` ``[C, D]`` for ``num_iterations``
     steps (the first ``num_warmup`` burn-in), keeping the ``num_draws`` draws of ``draw_index``; the
     posterior's ``info`` is ``info`` with ``fit_seconds`` since ``started`` (``time.perf_counter``).  The
-    steps run without gradients and with the deterministic parameters frozen
-    (:func:`~inference.optim.potential.frozen_deterministic`).  A run that diverges — a non-finite value,
-    or a collapse by a new ``collapse()`` check (:class:`~inference.sgmcmc.stability.CollapseCheck`) —
-    before its first kept draw restarts with a smaller step (:func:`~inference.sgmcmc.stability.
+    steps run without gradients, with the deterministic parameters frozen
+    (:func:`~inference.optim.potential.frozen_deterministic`) and, with ``head``, the output module
+    evaluated on cached features (:meth:`~inference.optim.potential.Potential.cached_head`); ``monitor``
+    (a :func:`~inference.mcmc.budget.time_budget`) may stop them.  A run that diverges — a non-finite
+    value, or a collapse by a new ``collapse()`` check (:class:`~inference.sgmcmc.stability.CollapseCheck`)
+    — before its first kept draw restarts with a smaller step (:func:`~inference.sgmcmc.stability.
     backed_off_runs`); ``info["step_size_backoffs"]`` then lists the steps given up and
-    ``info["config"]["step_size"]`` is the one used.
+    ``info["config"]["step_size"]`` is the one used.  The draws' convergence
+    (:func:`~inference.mcmc.convergence.chain_convergence`, on the potential's rows, or on the batch
+    ``first_batch()`` returns for a DataLoader fit) goes into ``info``, with a warning when the chains
+    have not mixed.
 
     Raises:
         NonFiniteLossError: a non-finite log density or gradient at the starts (the starts as one draw
-            per chain), after a kept draw (the draws kept so far), or a divergence after the last
-            back-off (the last finite state).
+            per chain), after a kept draw (the draws kept so far).
+        SamplerDivergedError: a divergence before the first kept draw after the last back-off (the last
+            finite state).
     """
     watch_until = first_kept(draw_index, num_iterations)
 
@@ -197,14 +206,17 @@ def sample_sgmcmc(bnn, potential: Potential, make_kernel: Callable[[float], Kern
             raise NonFiniteLossError(0, "the log density or its gradient", posterior(None, {}, 0, z))
         run = run_chains(
             transition, state, num_iterations=num_iterations, num_draws=num_draws, draw_index=draw_index,
-            num_warmup=num_warmup, stop_on_non_finite=True, progress=progress, desc=desc,
+            num_warmup=num_warmup, stop_on_non_finite=True, progress=progress, desc=desc, monitor=monitor,
             stop_when=None if check is None else (lambda it, s: it < watch_until and check(it, s)),
         )  # fmt: skip
         collapsed = check is not None and run.stopped_at is not None and bool(check.reason)
         return run, check.reason if collapsed else NON_FINITE
 
-    with torch.no_grad(), frozen_deterministic(bnn):
+    with torch.no_grad(), frozen_deterministic(bnn), potential.cached_head(head):
         run, reason, step_size, backoffs = backed_off_runs(attempt, step_size, max_backoffs, desc)
+        if run.stopped_at is None:
+            batch = first_batch() if first_batch is not None else None
+            info.update(chain_convergence(info["backend"], potential, run.z, batch=batch, stacklevel=5))
     if backoffs:
         info["step_size_backoffs"] = backoffs
         if isinstance(info.get("config"), dict):
