@@ -95,7 +95,8 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
     """Infer the posterior of ``bnn``'s random sites given data ``(x, y)`` or a ``DataLoader``.
 
     Args:
-        bnn: a :class:`zoo.BayesianNetwork`.
+        bnn: a :class:`zoo.BayesianNetwork`; one made without ``example_input`` / ``output_dim`` is
+            completed from the first rows of ``x`` (:meth:`~zoo.BayesianNetwork.build`).
         x: inputs ``[N, ...]`` (the network's input units, usually standardised), or a
             ``torch.utils.data.DataLoader`` over a map-style dataset of ``(x, y)`` rows (then
             ``y`` is ``None``): minibatch backends (:func:`loader_backends`: ``svi``, the
@@ -136,16 +137,21 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         if "batch_size" in options:
             raise ValueError("the DataLoader sets the batches: drop batch_size= (give it to the DataLoader instead)")
         config = parse_config(engine, options)
-        check_fit_size(bnn, config)
         batches = check_loader(bnn, x)
         check = batches.check
         batches.check = lambda xb, yb: _placed(bnn, *check(xb, yb), yb)
         first = x.collate_fn([x.dataset[0]])  # a one-row batch: the network is checked before fitting
-        if isinstance(first, (tuple, list)) and len(first) == 2:  # (other rows: LoaderBatches' clear error)
+        pair = isinstance(first, (tuple, list)) and len(first) == 2  # (other rows: LoaderBatches' clear error)
+        if pair:
+            bnn.build(first[0], "the DataLoader's first x")  # a network made without example_input
+        check_fit_size(bnn, config)
+        if pair:
             bnn.check_forward(_placed(bnn, *check(*first), first[1])[0])
         with preserved_session(bnn):
             return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
+    if isinstance(bnn, BayesianNetwork):
+        bnn.build(x, "x")  # a network made without example_input: completed by the data's first rows
     check_fit_size(bnn, config)
     x, y = check_training_data(bnn, x, y)  # numpy arrays converted; floating targets keep their precision
     x, y = _placed(bnn, x, y, y)
@@ -219,6 +225,8 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     config = parse_config(get_backend(backend), options)
     data = []
     for k, (bnn, x, y) in enumerate(zip(bnns, xs, ys)):
+        if isinstance(bnn, BayesianNetwork):
+            bnn.build(x, f"xs[{k}]")
         x, y = check_training_data(bnn, x, y)
         x, y = _placed(bnn, x, y, y)
         bnn.check_forward(x)
