@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from zoo.bnn import BayesianNetwork
 from zoo.checks import check_seed
+from zoo.data.fingerprint import data_fingerprint
 
 from inference.backends import get_backend, loader_backends
 from inference.backends.base import check_fit_size, check_loader, check_training_data, parse_config
@@ -115,7 +116,9 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
             targets converted to its dtype (``bnn.double()`` fits in float64).
         **options: the backend's options (see its ``Config``).
     Returns:
-        a :class:`inference.Posterior`.
+        a :class:`inference.Posterior`; from tensors, its ``info["data_fingerprint"]`` is
+        :func:`zoo.data.fingerprint.data_fingerprint` of the checked ``(x, y)`` (a report uses it to
+        recognise the fit's own training points).
     Raises:
         ValueError: bad options or data; a DataLoader given to a backend that needs the full
             data set as tensors (the message lists those that accept one), or with ``y`` or
@@ -154,10 +157,13 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         bnn.build(x, "x")  # a network made without example_input: completed by the data's first rows
     check_fit_size(bnn, config)
     x, y = check_training_data(bnn, x, y)  # numpy arrays converted; floating targets keep their precision
+    fingerprint = data_fingerprint(x, y)  # lets a report recognise these points as the fit's own
     x, y = _placed(bnn, x, y, y)
     bnn.check_forward(x)
     with preserved_session(bnn):
-        return engine.run(bnn, x, y, config, int(seed), bool(progress))
+        posterior = engine.run(bnn, x, y, config, int(seed), bool(progress))
+    posterior.info.setdefault("data_fingerprint", fingerprint)
+    return posterior
 
 
 #: backends with a stacked engine: name -> ``(bnns, xs, ys, config, seeds, progress) -> [Posterior | error]``
