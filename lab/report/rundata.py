@@ -132,7 +132,7 @@ class ReportRun:
                  "prior": repr(bnn.prior), "likelihood": repr(bnn.likelihood),
                  "train_deterministic": bnn.train_deterministic, "fitted on (rows)": info.get("num_data")}
         config = {"spec": {}, "model": model, "backend_options": info.get("config") or {}, "data": data.summary(),
-                  "prune": info.get("pruning"), "evaluation": dict(evaluation or {})}
+                  "prune": info.get("pruning"), "evaluation": dict(evaluation or {}), "source": "posterior"}
         if name is None:
             name = "-".join(str(metrics[k]) for k in ("data", "model", "backend")) + f"-seed{metrics['seed']}"
         return cls(name, to_jsonable(metrics), to_jsonable(config), idata, train_idata, posterior,
@@ -191,11 +191,17 @@ class ReportRun:
         """The adjective of metrics on the evaluated points: ``test``, ``in-sample`` or ``evaluation``."""
         return {"test": "test", "in-sample": "in-sample", "given": "evaluation"}[self.evaluation["kind"]]
 
+    @property
+    def is_posterior_report(self) -> bool:
+        """Whether this is a posterior reported from memory (:meth:`from_posterior`), with no run files
+        (a run folder or a ``RunResult`` has them, written or not)."""
+        return self.config.get("source") == "posterior"
+
     def stored(self, part: str) -> str:
-        """Where a part of the run is: its file for a run folder, else what it is in memory (``idata``,
-        ``train_idata``, ``metrics``, ``config``)."""
+        """Where a part of the run is: its run file (``idata``: ``posterior.nc``, ``train_idata``: ``train.nc``,
+        ``metrics``, ``config``), or for a posterior reported from memory what it is there."""
         files = {"idata": "posterior.nc", "train_idata": "train.nc", "metrics": "metrics.json", "config": "config.json"}
-        if self.directory is not None:
+        if not self.is_posterior_report:
             return files[part]
         return {"idata": "the report's InferenceData of the evaluated points (in memory)",
                 "train_idata": "the report's InferenceData of the training points (in memory)",

@@ -69,7 +69,7 @@ def overview(run: ReportRun) -> str:
     ]
     spec = {k: v for k, v in run.spec.items() if v not in (None, {}, [])}
     model = run.config.get("model") or {}
-    if spec or run.directory is not None:  # a run folder: its config.json says how it was made
+    if not run.is_posterior_report:  # a run: its config.json says how it was made
         parts += [heading("Run specification"), table(sorted(spec.items()), ["field", "value"]) if spec else
                   note("config.json holds no run specification")]
     if model:  # a posterior reported from memory: the model it was fitted with
