@@ -59,7 +59,7 @@ DEFAULT_CSV = ROOT / "benchmarks" / "results" / "defaults_matrix.csv"
 #: issue 38's done-when
 WALL_LIMIT_S, STOP_LIMIT_S, COVERAGE_RANGE, ACCURACY_SLACK = 120.0, 60.0, (0.80, 0.97), 0.03
 COLUMNS = ["shape", "backend", "stochastic", "status", "wall_s", "fit_s", "coverage_90", "test_ll", "rmse",
-           "mean_error", "accuracy", "nll", "rhat_max", "num_random", "message", "threads", "load"]
+           "mean_error", "accuracy", "nll", "rhat_max", "num_random", "message", "threads", "omp_wait_policy", "load"]
 
 #: the tuned grids' test LL on energy (Gaussian likelihood, 20-split means unless noted): RESULTS.md
 GRID_TEST_LL = {
@@ -147,10 +147,10 @@ def verdict(row, map_accuracy) -> str:
 
 
 def with_verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with a ``verdict`` column (classification cells against the ``map`` cell of their shape and selector)."""
     table = table.copy()
     maps = {(r.shape, r.stochastic): r.accuracy for r in table.itertuples() if r.backend == "map" and r.status == "ok"}
-    table["verdict"] = [verdict(r._asdict() if hasattr(r, "_asdict") else r, maps.get((r.shape, r.stochastic)))
-                        for r in table.itertuples(index=False)]
+    table["verdict"] = [verdict(r._asdict(), maps.get((r.shape, r.stochastic))) for r in table.itertuples(index=False)]
     return table
 
 
@@ -188,12 +188,13 @@ def run_matrix(args) -> None:
         if (shape, backend, selector) in done and not args.rerun:
             continue
         row = {"shape": shape, "backend": backend, "stochastic": selector,
-               **fresh_process(shape, backend, selector, args.timeout, args.threads), "load": round(os.getloadavg()[0], 1)}
+               **fresh_process(shape, backend, selector, args.timeout, args.threads),
+               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "load": round(os.getloadavg()[0], 1)}
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
-        table = table[~((table.shape == shape) & (table.backend == backend) & (table.stochastic == selector))]
+        table = table[~((table["shape"] == shape) & (table.backend == backend) & (table.stochastic == selector))]
         table = pd.concat([table, pd.DataFrame([row]).reindex(columns=COLUMNS)], ignore_index=True)
         write_csv(table, path)
-    selected = table[table.shape.isin(args.shapes) & table.backend.isin(args.backends)
+    selected = table[table["shape"].isin(args.shapes) & table.backend.isin(args.backends)
                      & table.stochastic.isin(args.selectors)]
     selected = with_verdicts(selected.sort_values(["shape", "stochastic", "backend"]))
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 60):

@@ -6,8 +6,10 @@ Each shape builds, from a fixed seed, what a new user at a notebook writes befor
 an example input), training tensors and a held-out test set in original units.
 
 * ``sine`` — a 1-32-32-1 tanh MLP (``nn.Sequential``) on 200 points x ~ U(−3, 3),
-  y = sin x + ε, ε ~ N(0, 0.1²); 1000 test points from the same law; Gaussian likelihood with a
-  learned noise.  Also ``mean_error``: RMSE of the predictive mean against sin x.
+  y = sin x + ε, ε ~ N(0, 0.1²); 1000 test points from the same law; ``BayesianNetwork(net,
+  stochastic=...)`` with nothing else: no ``example_input`` (the fit builds the model) and the default
+  likelihood, a Gaussian of fixed noise sd 0.1 — the data's own, so coverage measures how well the
+  posterior fits the function.  Also ``mean_error``: RMSE of the predictive mean against sin x.
 * ``moons`` — a 2-32-32-2 tanh MLP on 200 points of scikit-learn's two moons (noise 0.2),
   1000 test points; categorical likelihood.
 * ``energy`` — the README's model: ``MLP(8, 1, hidden=(50,))`` on UCI energy, split 0, targets
@@ -67,8 +69,7 @@ def _sine(selector: str) -> Problem:
     y_train = torch.sin(x_train) + SINE_NOISE_SD * torch.randn(200, 1, generator=g)
     y_test = torch.sin(x_test) + SINE_NOISE_SD * torch.randn(1000, 1, generator=g)
     torch.manual_seed(0)
-    bnn = BayesianNetwork(_mlp((1, 32, 32, 1)), stochastic=selector, likelihood=GaussianLikelihood(learn_noise=True),
-                          example_input=x_train[:2])
+    bnn = BayesianNetwork(_mlp((1, 32, 32, 1)), stochastic=selector)  # the default likelihood: noise sd 0.1, fixed
     return Problem(bnn, x_train, y_train, x_test, y_test, "regression", f_test=torch.sin(x_test))
 
 
