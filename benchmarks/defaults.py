@@ -9,7 +9,8 @@ process exactly as a new user at a notebook does::
     posterior = fit(bnn, x, y, backend=B, seed=0, progress=False)          # nothing else
 
 then predicted at the held-out points (seed 0).  Per cell: the process's wall seconds (imports,
-start-up and compilation included, as a user waits for them), the fit's own ``fit_seconds``,
+start-up and compilation included, as a user waits for them) and CPU seconds (user + system, all
+threads: what the cell costs whatever else runs on the machine), the fit's own ``fit_seconds``,
 coverage_90 / test LL / RMSE (regression; ``mean_error``: RMSE of the predictive mean against the
 noise-free sine) or accuracy / NLL (classification), and ``rhat_max`` over the predictive
 quantities where there are several chains.  A fit that raises is recorded with its message (a
@@ -29,6 +30,11 @@ cell finishes; a rerun skips the cells already there (``--rerun`` fits them agai
 their rows), so an interrupted matrix resumes and the lead can fill it in backend by backend.  The
 table (and ``--markdown FILE``, the RESULTS table) covers the selected cells; the last line is
 ``defaults_matrix_pass P of N``.
+
+On a machine shared with other jobs, run it with ``OMP_WAIT_POLICY=PASSIVE``: torch's OpenMP threads
+otherwise spin while they wait for one another, and with more runnable threads than cores a fit's
+steps grow 20–100× slower (measured here: a 34-weight model's Adam step 87 ms instead of 0.2 ms at a
+load of 10 on 2 cores); the ``omp_wait_policy`` and ``load`` columns record the conditions.
 
 ``--cli`` keeps issue 23's check through the command line on energy (and ``--digits``: LeNet-300-100
 on digits), beside the tuned grids' test LL (RESULTS section 7): ``python benchmarks/defaults.py
@@ -58,7 +64,7 @@ from defaults_shapes import SELECTORS, SHAPES  # noqa: E402
 DEFAULT_CSV = ROOT / "benchmarks" / "results" / "defaults_matrix.csv"
 #: issue 38's done-when
 WALL_LIMIT_S, STOP_LIMIT_S, COVERAGE_RANGE, ACCURACY_SLACK = 120.0, 60.0, (0.80, 0.97), 0.03
-COLUMNS = ["shape", "backend", "stochastic", "status", "wall_s", "fit_s", "coverage_90", "test_ll", "rmse",
+COLUMNS = ["shape", "backend", "stochastic", "status", "wall_s", "cpu_s", "fit_s", "coverage_90", "test_ll", "rmse",
            "mean_error", "accuracy", "nll", "rhat_max", "num_random", "message", "threads", "omp_wait_policy", "load"]
 
 #: the tuned grids' test LL on energy (Gaussian likelihood, 20-split means unless noted): RESULTS.md
@@ -87,12 +93,14 @@ def run_cell(shape: str, backend: str, selector: str, threads: int = 0) -> dict:
     from inference.evaluation.diagnostics import convergence_metrics
 
     problem = build_problem(shape, selector)
-    row = {"num_random": problem.bnn.num_random, "threads": torch.get_num_threads()}
+    row = {"threads": torch.get_num_threads()}
     try:
         posterior = fit(problem.bnn, problem.x_train, problem.y_train, backend=backend, seed=0, progress=False)
     except Exception as err:  # the cell's outcome: a refusal, an early stop with its projection, a failure
         message = (str(err).strip().splitlines() or [""])[0]
-        return {**row, "status": f"error: {type(err).__name__}", "message": message[:400]}
+        return {**row, "status": f"error: {type(err).__name__}", "message": message[:400],
+                "num_random": getattr(problem.bnn, "num_random", None)}
+    row["num_random"] = problem.bnn.num_random  # (known once fitted: the sine's model is built by its fit)
     prediction = posterior.predict(problem.x_test, y=problem.y_test, seed=0)
     metrics = evaluate(prediction, problem.y_test)
     row.update(status="ok", fit_s=posterior.info.get("fit_seconds"), **{
@@ -108,22 +116,40 @@ def run_cell(shape: str, backend: str, selector: str, threads: int = 0) -> dict:
     return row
 
 
+def _die_with_parent() -> None:
+    """A cell's process asks Linux for SIGKILL when the matrix that started it dies (no orphaned fits)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import ctypes.util
+        import signal
+
+        ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 def fresh_process(shape: str, backend: str, selector: str, timeout: float, threads: int = 0) -> dict:
     """One cell in a fresh Python process (``--cell``): its row, with the process's wall seconds."""
     command = [sys.executable, str(Path(__file__).resolve()), "--cell", shape, backend, selector,
                "--threads", str(threads)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _children_cpu_seconds()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "wall_s": timeout, "message": f"killed after {timeout:.0f} s"}
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, _children_cpu_seconds() - cpu_started
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         reason = (done.stderr.strip().splitlines() or ["?"])[-1][:400]
-        return {"status": f"crash (exit {done.returncode})", "wall_s": wall, "message": reason}
-    return {**json.loads(lines[-1]), "wall_s": wall}
+        return {"status": f"crash (exit {done.returncode})", "wall_s": wall, "cpu_s": cpu, "message": reason}
+    return {**json.loads(lines[-1]), "wall_s": wall, "cpu_s": cpu}
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children (a cell's cost, whatever the machine's load)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # ---------------------------------------------------------------------- the matrix
@@ -169,8 +195,8 @@ def write_csv(table: pd.DataFrame, path: Path) -> None:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    shown = ["shape", "backend", "stochastic", "wall_s", "fit_s", "coverage_90", "mean_error", "accuracy", "nll",
-             "rhat_max", "verdict"]
+    shown = ["shape", "backend", "stochastic", "wall_s", "cpu_s", "fit_s", "coverage_90", "mean_error", "accuracy",
+             "nll", "rhat_max", "verdict"]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for row in table[shown].itertuples(index=False):
         cells = ["—" if pd.isna(v) else f"{v:.3g}" if isinstance(v, float) else str(v) for v in row]
@@ -274,6 +300,7 @@ def main() -> None:
     parser.add_argument("--digits", action="store_true", help="with --cli: also digits, LeNet-300-100, last layer")
     args = parser.parse_args()
     if args.cell:
+        _die_with_parent()
         print(json.dumps(run_cell(*args.cell, threads=args.threads), default=float), flush=True)
     elif args.cli:
         if args.timeout == 300.0:

@@ -201,16 +201,13 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
 
     def __getattr__(self, name: str):
         """``nn.Module``'s lookup; on a network not yet built (:meth:`build`), what it lacks is named clearly."""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name in _BUILT_ATTRIBUTES and self.__dict__.get("_deferred") is not None:
-                raise UnbuiltNetworkError(
-                    f"{name} is not known yet: this BayesianNetwork was made without example_input or output_dim, "
-                    f"so its output size, random sites and priors come from the first inputs it sees. "
-                    f"fit(bnn, x, y, ...) builds it from x; or call bnn.build(x[:2]) (or pass example_input=x[:2] "
-                    f"to BayesianNetwork)") from None
-            raise
+        if name in _BUILT_ATTRIBUTES and self.__dict__.get("_deferred") is not None:
+            raise UnbuiltNetworkError(
+                f"{name} is not known yet: this BayesianNetwork was made without example_input or output_dim, "
+                f"so its output size, random sites and priors come from the first inputs it sees. "
+                f"fit(bnn, x, y, ...) builds it from x; or call bnn.build(x[:2]) (or pass example_input=x[:2] "
+                f"to BayesianNetwork)")
+        return nn.Module.__getattr__(self, name)  # (not super(): this runs on every submodule / buffer access)
 
     def _build_priors(self) -> None:
         """(Re)build the weight priors (one per site) and the likelihood's latent priors.
