@@ -33,7 +33,7 @@ table (and ``--markdown FILE``, the RESULTS table) covers the selected cells; th
 
 On a machine shared with other jobs, run it with ``OMP_WAIT_POLICY=PASSIVE``: torch's OpenMP threads
 otherwise spin while they wait for one another, and with more runnable threads than cores a fit's
-steps grow 20–100× slower (measured here: a 34-weight model's Adam step 87 ms instead of 0.2 ms at a
+steps grow 20–100× slower (measured here: the Adam step of a 1000-parameter model 87 ms instead of 0.1 ms at a
 load of 10 on 2 cores); the ``omp_wait_policy`` and ``load`` columns record the conditions.
 
 ``--cli`` keeps issue 23's check through the command line on energy (and ``--digits``: LeNet-300-100
