@@ -130,12 +130,14 @@ def fresh_process(shape: str, backend: str, selector: str, timeout: float, threa
     """One cell in a fresh Python process (``--cell``): its row, with the process's wall seconds."""
     command = [sys.executable, str(Path(__file__).resolve()), "--cell", shape, backend, selector,
                "--threads", str(threads)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths).rstrip(os.pathsep)}
     started, cpu_started = time.perf_counter(), _children_cpu_seconds()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "wall_s": timeout, "message": f"killed after {timeout:.0f} s"}
+    except subprocess.TimeoutExpired:  # (run() killed and reaped the process: its CPU time is counted)
+        return {"status": "timeout", "wall_s": timeout, "cpu_s": _children_cpu_seconds() - cpu_started,
+                "message": f"killed after {timeout:.0f} s"}
     wall, cpu = time.perf_counter() - started, _children_cpu_seconds() - cpu_started
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -173,7 +175,7 @@ def verdict(row, map_accuracy) -> str:
 
 
 def with_verdicts(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with a ``verdict`` column (classification cells against the ``map`` cell of their shape and selector)."""
+    """``table`` with a ``verdict`` column (a classification cell against the ``map`` cell of its shape and selector)."""
     table = table.copy()
     maps = {(r.shape, r.stochastic): r.accuracy for r in table.itertuples() if r.backend == "map" and r.status == "ok"}
     table["verdict"] = [verdict(r._asdict(), maps.get((r.shape, r.stochastic))) for r in table.itertuples(index=False)]

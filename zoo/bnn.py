@@ -40,6 +40,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from .checks import check_input, check_network_arguments, early_target_scaling, target_scaling
+from .deferred_build import DeferredBuild, UnbuiltNetworkError
 from .evaluation import NetworkEvaluation
 from .likelihoods import GaussianLikelihood, Likelihood
 from .parameter_swap import ParameterSlots
@@ -49,17 +50,8 @@ from .stochastic import StochasticSite, as_selector
 
 __all__ = ["BayesianNetwork", "UnbuiltNetworkError"]
 
-#: what a BayesianNetwork knows only once built (:meth:`BayesianNetwork.build`)
-_BUILT_ATTRIBUTES = frozenset({"sites", "output_dim", "target_dim", "target_loc", "target_scale", "_site_by_name",
-                               "_weight_priors", "_latent_priors", "site_names", "site_shapes", "num_random"})
 
-
-class UnbuiltNetworkError(AttributeError):
-    """What a :class:`BayesianNetwork` made without ``example_input`` / ``output_dim`` does not know before its
-    first inputs (an ``AttributeError``, so ``getattr(bnn, name, default)`` keeps working)."""
-
-
-class BayesianNetwork(NetworkEvaluation, nn.Module):
+class BayesianNetwork(DeferredBuild, NetworkEvaluation, nn.Module):
     """A plain network with priors on a chosen subset of its parameters.
 
     Args:
@@ -130,35 +122,6 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
             return
         self._build(example_input, output_dim, target_loc, target_scale, sites)
 
-    @property
-    def is_built(self) -> bool:
-        """Whether the output size, random sites and priors are known (``False`` until :meth:`build`
-        for a network made without ``example_input`` or ``output_dim``)."""
-        return self.__dict__.get("_deferred") is None
-
-    def build(self, example_input, name: str = "example_input") -> "BayesianNetwork":
-        """Complete a network made without ``example_input`` / ``output_dim`` from example inputs
-        ``[n, ...]`` (their first two rows), as if they had been given as ``example_input``: the
-        output size, the ``"last"`` layer in forward order, the random sites and their priors.
-        :func:`inference.fit` calls it with the first rows of the training data, and :meth:`model`
-        with its ``x``; a network that is already built is returned as it is.  ``name`` names the
-        inputs in errors.  Returns ``self``."""
-        if self._deferred is None:
-            return self
-        deferred = self._deferred
-        example_input = check_input(self, example_input, name)[:2]
-        param = next(self.net.parameters(), None)  # the inputs follow the network (e.g. after .double())
-        if param is not None:
-            floating = example_input.is_floating_point()
-            example_input = example_input.to(param.device, param.dtype if floating else example_input.dtype)
-        self._deferred = None
-        try:
-            self._build(example_input, None, *deferred, None)
-        except BaseException:
-            self._deferred = deferred  # still unbuilt: a later call may build it
-            raise
-        return self
-
     def _build(self, example_input, output_dim, target_loc, target_scale, sites) -> None:
         """Sites, output size, target scaling, frozen parameters and priors (see the class docstring)."""
         net = self.net
@@ -198,16 +161,6 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         self._build_priors()
         if example_input is not None:
             self.check_forward(example_input)
-
-    def __getattr__(self, name: str):
-        """``nn.Module``'s lookup; on a network not yet built (:meth:`build`), what it lacks is named clearly."""
-        if name in _BUILT_ATTRIBUTES and self.__dict__.get("_deferred") is not None:
-            raise UnbuiltNetworkError(
-                f"{name} is not known yet: this BayesianNetwork was made without example_input or output_dim, "
-                f"so its output size, random sites and priors come from the first inputs it sees. "
-                f"fit(bnn, x, y, ...) builds it from x; or call bnn.build(x[:2]) (or pass example_input=x[:2] "
-                f"to BayesianNetwork)")
-        return nn.Module.__getattr__(self, name)  # (not super(): this runs on every submodule / buffer access)
 
     def _build_priors(self) -> None:
         """(Re)build the weight priors (one per site) and the likelihood's latent priors.

@@ -156,7 +156,7 @@ def calibration(run: ReportRun) -> str:
         paragraph("Coverage of central predictive intervals (observation noise included) against their nominal "
                   f"level; PIT values of {pit.size} targets of {run.evaluated()} under the run's predictive "
                   "mixture CDF. Curves below the diagonal are over-confident."),
-        table(rows, ["nominal", f"coverage ({run.stored('metrics')})", "coverage (this curve)"]),
+        table(rows, ["nominal", "coverage (recorded metrics)", "coverage (this curve)"]),
         image(plots.coverage_png({"this run": (LEVELS, empirical)}), "coverage vs nominal"),
         image(plots.pit_png(pit), "PIT histogram"),
     ])
