@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from zoo.bnn import BayesianNetwork
 from zoo.checks import check_seed
+from zoo.data.fingerprint import data_fingerprint
 
 from inference.backends import get_backend, loader_backends
 from inference.backends.base import check_fit_size, check_loader, check_training_data, parse_config
@@ -95,7 +96,8 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
     """Infer the posterior of ``bnn``'s random sites given data ``(x, y)`` or a ``DataLoader``.
 
     Args:
-        bnn: a :class:`zoo.BayesianNetwork`.
+        bnn: a :class:`zoo.BayesianNetwork`; one made without ``example_input`` / ``output_dim`` is
+            completed from the first rows of ``x`` (:meth:`~zoo.BayesianNetwork.build`).
         x: inputs ``[N, ...]`` (the network's input units, usually standardised), or a
             ``torch.utils.data.DataLoader`` over a map-style dataset of ``(x, y)`` rows (then
             ``y`` is ``None``): minibatch backends (:func:`loader_backends`: ``svi``, the
@@ -114,7 +116,9 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
             targets converted to its dtype (``bnn.double()`` fits in float64).
         **options: the backend's options (see its ``Config``).
     Returns:
-        a :class:`inference.Posterior`.
+        a :class:`inference.Posterior`; from tensors, its ``info["data_fingerprint"]`` is
+        :func:`zoo.data.fingerprint.data_fingerprint` of the checked ``(x, y)`` (a report uses it to
+        recognise the fit's own training points).
     Raises:
         ValueError: bad options or data; a DataLoader given to a backend that needs the full
             data set as tensors (the message lists those that accept one), or with ``y`` or
@@ -136,22 +140,30 @@ def fit(bnn, x, y=None, backend: str = "svi", seed: int = 0, progress: bool = Tr
         if "batch_size" in options:
             raise ValueError("the DataLoader sets the batches: drop batch_size= (give it to the DataLoader instead)")
         config = parse_config(engine, options)
-        check_fit_size(bnn, config)
         batches = check_loader(bnn, x)
         check = batches.check
         batches.check = lambda xb, yb: _placed(bnn, *check(xb, yb), yb)
         first = x.collate_fn([x.dataset[0]])  # a one-row batch: the network is checked before fitting
-        if isinstance(first, (tuple, list)) and len(first) == 2:  # (other rows: LoaderBatches' clear error)
+        pair = isinstance(first, (tuple, list)) and len(first) == 2  # (other rows: LoaderBatches' clear error)
+        if pair:
+            bnn.build(first[0], "the DataLoader's first x")  # a network made without example_input
+        check_fit_size(bnn, config)
+        if pair:
             bnn.check_forward(_placed(bnn, *check(*first), first[1])[0])
         with preserved_session(bnn):
             return engine.run(bnn, batches, None, config, int(seed), bool(progress))
     config = parse_config(engine, options)
+    if isinstance(bnn, BayesianNetwork):
+        bnn.build(x, "x")  # a network made without example_input: completed by the data's first rows
     check_fit_size(bnn, config, _batch_rows(config, x))
     x, y = check_training_data(bnn, x, y)  # numpy arrays converted; floating targets keep their precision
+    fingerprint = data_fingerprint(x, y)  # lets a report recognise these points as the fit's own
     x, y = _placed(bnn, x, y, y)
     bnn.check_forward(x)
     with preserved_session(bnn):
-        return engine.run(bnn, x, y, config, int(seed), bool(progress))
+        posterior = engine.run(bnn, x, y, config, int(seed), bool(progress))
+    posterior.info.setdefault("data_fingerprint", fingerprint)
+    return posterior
 
 
 def _batch_rows(config, x) -> Optional[int]:
@@ -227,6 +239,8 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     config = parse_config(get_backend(backend), options)
     data = []
     for k, (bnn, x, y) in enumerate(zip(bnns, xs, ys)):
+        if isinstance(bnn, BayesianNetwork):
+            bnn.build(x, f"xs[{k}]")
         x, y = check_training_data(bnn, x, y)
         x, y = _placed(bnn, x, y, y)
         bnn.check_forward(x)

@@ -61,10 +61,21 @@ class Posterior:
         return int(self.info.get("num_samples", 200))
 
     def _param_chunks(self, num_samples: int, seed: int, chunk_size: int) -> Iterator[dict]:
-        raise NotImplementedError
+        raise NotImplementedError(self._unfitted_message())
+
+    def _unfitted_message(self) -> str:
+        return (f"{type(self).__name__}(bnn) holds no parameter draws: it is the base class of every fitted posterior. "
+                f"Get a posterior from inference.fit(bnn, x, y, backend=...) (or load one saved with "
+                f"inference.load_posterior(folder)), then predict with it")
+
+    def _require_draws(self) -> None:
+        """Refuse, before any work, a posterior class that cannot draw parameters (the bare base class)."""
+        if type(self)._param_chunks is Posterior._param_chunks:
+            raise NotImplementedError(self._unfitted_message())
 
     def sample_params(self, num_samples: Optional[int] = None, seed: int = 0) -> dict:
         """``{site: [S, *site_shape]}`` parameter draws (all of them, in memory)."""
+        self._require_draws()
         num_samples = self._check_num_samples(num_samples)
         chunks = list(self._param_chunks(num_samples, seed, num_samples))
         return {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]} if chunks and chunks[0] else {}
@@ -100,6 +111,7 @@ class Posterior:
             seed: fixes the parameter draws (variational) and observation noise.
             chunk_size: draws per batched forward pass (default from a memory budget).
         """
+        self._require_draws()
         bnn = self.bnn
         x = check_input(bnn, x, "x")
         num_samples = self._check_num_samples(num_samples)
@@ -176,6 +188,7 @@ class Posterior:
         ``include_weights=False`` the weight draws are left out but the likelihood's latents (noise
         precision, degrees of freedom) are still exported.
         """
+        self._require_draws()
         x = check_input(self.bnn, x, "x")
         y = self.check_targets(x, y)
         if prediction is not None and prediction.f.shape[1] != x.shape[0]:
@@ -263,6 +276,7 @@ class Posterior:
     def save(self, directory) -> Path:
         """Write ``posterior.json``, ``posterior.pt`` and ``info.json`` to ``directory`` (no pickled
         objects; see :mod:`inference.storage.posterior_io`); reload with :func:`load_posterior`."""
+        self._require_draws()
         return save_posterior(self, directory)
 
     @classmethod

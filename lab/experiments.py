@@ -87,7 +87,7 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     runs in the table.
     """
     started = time.perf_counter()
-    from tqdm.auto import tqdm
+    from zoo.progress import tqdm
 
     experiment = get_experiment(name)
     if executor not in EXECUTORS:

@@ -155,7 +155,8 @@ def resolve_backend_options(spec: RunSpec, data: Dataset) -> dict:
         options["epochs"] = default_epochs(data.n_train, batch)
     if "map_steps" in fields and "map_steps" not in options and _field_default(engine.Config, "map_steps") is None:
         options["map_steps"] = map_backend_steps(data.n_train)  # "the map backend's budget": the one it gets here
-    if "pretrain_epochs" in fields and "pretrain_epochs" not in options and spec.stochastic != "none":
+    if "pretrain_epochs" in fields and "pretrain_epochs" not in options and spec.stochastic != "none" \
+            and "epochs" in options:  # (a backend keeping its own budget sets its pretraining too)
         options["pretrain_epochs"] = options["epochs"] // 4
     return options
 

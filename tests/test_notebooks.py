@@ -83,6 +83,8 @@ def test_notebook_is_committed_clean(path):
         assert any("image/png" in o.get("data", {}) or "data:image/png" in "".join(o.get("data", {}).get("text/html", ""))
                    for o in outputs), f"{path.name}: the figure is missing"
         assert "FAST = True" not in _text(nb)
+        assert "widgets" not in nb.metadata and "widget-view" not in json.dumps(outputs)  # issue 38: text bars
+        assert " 0%|" not in _text(nb), f"{path.name}: a progress bar frozen at its start"
     else:
         for cell in code:
             assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: strip outputs"

@@ -29,7 +29,7 @@ def test_report_from_tensors(tmp_path, parts):
     assert torch.allclose(dataset.y_test_original(), y if parts == 2 else y[30:], atol=1e-5)  # original units
     path = write_report(posterior, tmp_path / "report.html", data=data)
     html = path.read_text()
-    assert "given" in html and "<html" in html.lower()
+    assert "passed to the report" in html and "<html" in html.lower()
 
 
 def test_report_data_of_the_wrong_kind_is_a_clear_error(tmp_path):

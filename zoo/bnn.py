@@ -39,8 +39,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from .checks import as_tensor, check_input
-from .data.checks import check_finite_array
+from .checks import check_input, check_network_arguments, early_target_scaling, target_scaling
+from .deferred_build import DeferredBuild, UnbuiltNetworkError
 from .evaluation import NetworkEvaluation
 from .likelihoods import GaussianLikelihood, Likelihood
 from .parameter_swap import ParameterSlots
@@ -48,10 +48,10 @@ from .priors import NormalPrior, Prior
 from .pyro_module import register_parameters, to_pyro_module
 from .stochastic import StochasticSite, as_selector
 
-__all__ = ["BayesianNetwork"]
+__all__ = ["BayesianNetwork", "UnbuiltNetworkError"]
 
 
-class BayesianNetwork(NetworkEvaluation, nn.Module):
+class BayesianNetwork(DeferredBuild, NetworkEvaluation, nn.Module):
     """A plain network with priors on a chosen subset of its parameters.
 
     Args:
@@ -65,8 +65,13 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
             them frozen at their current / pretrained values (``False``).
         example_input: a small input batch; lets ``"last"`` follow forward order, and checks
             the network's output and ``vmap`` support (:meth:`check_forward`) at construction.
+            Optional: without it (and without ``output_dim``) the network is completed by the
+            first inputs it sees — :func:`inference.fit` builds it from the training data's first
+            rows (:meth:`build`); until then its sites and output size are unknown
+            (:class:`UnbuiltNetworkError` says so).
         output_dim: number of network outputs ``P`` (inferred from ``example_input`` when
-            given); ``P = likelihood.heads · T`` with ``T`` = :attr:`target_dim` targets
+            given; with ``output_dim`` alone, ``"last"`` follows registration order and the network
+            is built at once); ``P = likelihood.heads · T`` with ``T`` = :attr:`target_dim` targets
             (e.g. a heteroscedastic likelihood has a mean and a log-variance output per target).
         target_loc, target_scale: ``[T]`` affine map from standardised to original target
             units (regression); predictions are reported in original units.
@@ -100,26 +105,35 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         super().__init__()
         if not isinstance(net, nn.Module):
             raise ValueError(f"net must be a torch.nn.Module, got {type(net).__name__}")
-        _check_arguments(prior, likelihood, train_deterministic, output_dim)
+        check_network_arguments(prior, likelihood, train_deterministic, output_dim)
         self.net = net
         self.active_at_prediction: tuple[str, ...] = ()
         self.batched_draws: Optional[bool] = None
         self.batching_error: Optional[str] = None
         self.prior = prior if prior is not None else NormalPrior(1.0)
         self.likelihood = likelihood if likelihood is not None else GaussianLikelihood()
+        self.selection = stochastic
+        self.train_deterministic = bool(train_deterministic)
+        self._deferred: Optional[tuple] = None
+        if example_input is None and output_dim is None and sites is None:  # the first fit's inputs complete it
+            as_selector(stochastic)  # a bad selector is refused now, not at the fit
+            self._deferred = (early_target_scaling(target_loc, "target_loc"),
+                              early_target_scaling(target_scale, "target_scale"))
+            return
+        self._build(example_input, output_dim, target_loc, target_scale, sites)
+
+    def _build(self, example_input, output_dim, target_loc, target_scale, sites) -> None:
+        """Sites, output size, target scaling, frozen parameters and priors (see the class docstring)."""
+        net = self.net
         example_output = None
         if example_input is not None:
             example_input = check_input(self, example_input, "example_input")
             example_output = self._example_output(example_input)
-        self.selection = stochastic
-        self.train_deterministic = bool(train_deterministic)
         self.sites: list[StochasticSite] = (
-            sites if sites is not None else as_selector(stochastic).select(net, example_input)
+            sites if sites is not None else as_selector(self.selection).select(net, example_input)
         )
         self._site_by_name = {s.name: s for s in self.sites}
         if output_dim is None:
-            if example_output is None:
-                raise ValueError("give output_dim or an example_input so the output size is known")
             output_dim = int(example_output.shape[-1])
         elif example_output is not None and example_output.shape[-1] != output_dim:
             raise ValueError(f"output_dim={output_dim} but {type(net).__name__} returns {example_output.shape[-1]} "
@@ -132,9 +146,9 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         self.target_dim = self.output_dim // heads
         param = next(net.parameters(), None)
         like = {"dtype": torch.get_default_dtype()} if param is None else {"dtype": param.dtype, "device": param.device}
-        target_loc = _target_scaling(torch.zeros(self.target_dim) if target_loc is None else target_loc,
+        target_loc = target_scaling(torch.zeros(self.target_dim) if target_loc is None else target_loc,
                                      "target_loc", self.target_dim).to(**like)
-        target_scale = _target_scaling(torch.ones(self.target_dim) if target_scale is None else target_scale,
+        target_scale = target_scaling(torch.ones(self.target_dim) if target_scale is None else target_scale,
                                        "target_scale", self.target_dim).to(**like)
         if not bool((target_scale > 0).all()):
             raise ValueError(f"target_scale must be positive, got {target_scale.tolist()}")
@@ -154,6 +168,8 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         Their tensors take the dtype / device of the sites' reference weights and of the
         network's parameters, so they follow :meth:`_apply` conversions.
         """
+        if not self.is_built:
+            return
         self._weight_priors = {s.name: self.prior(s) for s in self.sites}
         param = next(self.net.parameters(), None)
         like = {} if param is None else {"dtype": param.dtype, "device": param.device}
@@ -162,7 +178,7 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
     def _apply(self, fn, *args, **kwargs):
         """``.double()``, ``.to(device)``, ...: convert the sites' tensors too and rebuild the priors."""
         super()._apply(fn, *args, **kwargs)
-        for site in self.sites:
+        for site in (self.sites if self.is_built else []):
             site.convert_(fn)
         self._build_priors()
         return self
@@ -252,6 +268,8 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         against: call ``pyro.module("net", bnn.net)`` once before a JIT-compiled ELBO (it puts
         the network's own tensors there) — otherwise Pyro's JIT fails with ``KeyError: 'net$$$…'``.
         """
+        if x is not None and not self.is_built:
+            self.build(x)
         register_parameters("net", self.net)
         values = {name: pyro.sample(name, d) for name, d in self._weight_priors.items()}
         latents = {name: pyro.sample(name, d) for name, d in self._latent_priors.items()}
@@ -354,33 +372,11 @@ class BayesianNetwork(NetworkEvaluation, nn.Module):
         return f * self.target_scale + self.target_loc
 
     def extra_repr(self) -> str:
+        if not self.is_built:
+            return (f"not built yet (output size and random sites come from the first inputs), prior={self.prior!r}, "
+                    f"likelihood={self.likelihood!r}, train_deterministic={self.train_deterministic}")
         return (
             f"random sites={len(self.sites)} ({self.num_random} scalars), prior={self.prior!r}, "
             f"likelihood={self.likelihood!r}, train_deterministic={self.train_deterministic}"
             + (", draws evaluated one at a time (no vmap)" if self.batched_draws is False else "")
         )
-
-
-def _check_arguments(prior, likelihood, train_deterministic, output_dim) -> None:
-    """The constructor's plain arguments, checked before any work (each error names its argument)."""
-    if prior is not None and not isinstance(prior, Prior):
-        raise ValueError(f"prior must be a zoo.priors.Prior (e.g. NormalPrior(1.0)), got {type(prior).__name__}")
-    if likelihood is not None and not isinstance(likelihood, Likelihood):
-        raise ValueError(f"likelihood must be a zoo.likelihoods.Likelihood (e.g. GaussianLikelihood()), got "
-                         f"{type(likelihood).__name__}")
-    if not isinstance(train_deterministic, bool):
-        raise ValueError(f"train_deterministic must be True or False, got {train_deterministic!r}")
-    if output_dim is not None and (isinstance(output_dim, bool) or not isinstance(output_dim, int) or output_dim < 1):
-        raise ValueError(f"output_dim must be a positive integer, got {output_dim!r}")
-
-
-def _target_scaling(value, name: str, target_dim: int) -> torch.Tensor:
-    """``target_loc`` / ``target_scale``: finite numbers, one per target (or one for all), as a 1-D tensor."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = torch.tensor([float(value)])
-    value = as_tensor(value, name).reshape(-1)
-    check_finite_array(value, name)
-    if value.numel() not in (1, target_dim):
-        raise ValueError(f"{name} has {value.numel()} values; the model predicts {target_dim} target(s): give one "
-                         f"value per target")
-    return value if value.is_floating_point() else value.to(torch.get_default_dtype())

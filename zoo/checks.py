@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,9 +31,15 @@ from torch import nn
 
 from .architectures import MLP, LeNet300100
 from .data.checks import check_finite_array
+from .likelihoods import Likelihood
+from .priors import Prior
 
 __all__ = ["as_tensor", "check_input", "check_targets", "check_dataset", "input_spec", "InputSpec", "check_count",
-           "check_seed"]
+           "check_seed", "check_network_arguments", "target_scaling", "early_target_scaling", "IntegerTargetsWarning"]
+
+
+class IntegerTargetsWarning(UserWarning):
+    """Regression targets given with an integer dtype: fitted as real numbers, perhaps meant as class labels."""
 
 
 # ---------------------------------------------------------------------- conversion
@@ -234,7 +241,11 @@ def check_targets(bnn, y, rows: int, name: str = "y") -> torch.Tensor:
     """Targets ``y`` checked against ``bnn`` and ``rows`` inputs; returns them canonical.
 
     Regression: ``[N, T]`` (``[N]`` when ``T == 1``) real values, returned ``[N, T]`` in their
-    own floating precision (integers as float32).  Classification: ``[N]`` integer labels in
+    own floating precision.  Targets of an integer dtype are accepted as numbers (float32) with an
+    :class:`IntegerTargetsWarning` (they may be class labels given to a regression likelihood);
+    one integer column for a network of several targets is refused with a ``ValueError`` naming
+    ``CategoricalLikelihood``.  Whole numbers given as floats (e.g. UCI wine quality) are taken as
+    they are, silently.  Classification: ``[N]`` integer labels in
     ``[0, K - 1]`` (integral floats accepted), returned int64.
     """
     y = as_tensor(y, name)
@@ -246,8 +257,21 @@ def check_targets(bnn, y, rows: int, name: str = "y") -> torch.Tensor:
     if y.shape[0] != rows:
         raise ValueError(f"x has {rows} rows but {name} has {y.shape[0]}; they must match")
     if bnn.likelihood.task == "regression":
+        integers = not y.is_floating_point()
         y = y.reshape(y.shape[0], -1)
-        if not y.is_floating_point():
+        if integers and y.shape[1] == 1 and bnn.target_dim > 1:
+            raise ValueError(
+                f"{name} holds integer labels ({y.dtype}, values {int(y.min())}..{int(y.max())}) and the network has "
+                f"{bnn.output_dim} outputs, but the model's likelihood is {type(bnn.likelihood).__name__}, for "
+                f"regression. For classification, build the model with likelihood=CategoricalLikelihood() (from zoo; "
+                f"one network output per class); for regression of whole numbers, pass {name}.float() with "
+                f"{bnn.likelihood.heads} network output(s) per target")
+        if integers:
+            warnings.warn(
+                f"{name} holds integers ({y.dtype}): {type(bnn.likelihood).__name__} fits them as real-valued "
+                f"regression targets. If they are class labels, build the model with "
+                f"likelihood=CategoricalLikelihood() and one network output per class; pass {name}.float() to say "
+                f"they are numbers (and silence this note)", IntegerTargetsWarning, stacklevel=3)
             y = y.to(torch.float32)
         if y.shape[1] != bnn.target_dim:
             raise ValueError(f"{name} has {y.shape[1]} target columns but the model predicts {bnn.target_dim} targets "
@@ -300,3 +324,37 @@ def check_dataset(bnn, data, name: str = "data", num_data: Optional[int] = None)
                 raise ValueError(f"{name}.{attr} is {given.tolist()} but the model's target scaling is "
                                  f"{model.tolist()}: {name} is not the dataset the posterior was fitted on (or the "
                                  f"model was built without target_loc/target_scale from it)")
+
+
+# ---------------------------------------------------------------------- BayesianNetwork arguments
+def check_network_arguments(prior, likelihood, train_deterministic, output_dim) -> None:
+    """A :class:`~zoo.bnn.BayesianNetwork`'s plain arguments, checked before any work (each error names one)."""
+    if prior is not None and not isinstance(prior, Prior):
+        raise ValueError(f"prior must be a zoo.priors.Prior (e.g. NormalPrior(1.0)), got {type(prior).__name__}")
+    if likelihood is not None and not isinstance(likelihood, Likelihood):
+        raise ValueError(f"likelihood must be a zoo.likelihoods.Likelihood (e.g. GaussianLikelihood()), got "
+                         f"{type(likelihood).__name__}")
+    if not isinstance(train_deterministic, bool):
+        raise ValueError(f"train_deterministic must be True or False, got {train_deterministic!r}")
+    if output_dim is not None and (isinstance(output_dim, bool) or not isinstance(output_dim, int) or output_dim < 1):
+        raise ValueError(f"output_dim must be a positive integer, got {output_dim!r}")
+
+
+def early_target_scaling(value, name: str):
+    """``target_loc`` / ``target_scale`` checked as far as they can be before the number of targets is known."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    check_finite_array(as_tensor(value, name), name)
+    return value
+
+
+def target_scaling(value, name: str, target_dim: int) -> torch.Tensor:
+    """``target_loc`` / ``target_scale``: finite numbers, one per target (or one for all), as a 1-D tensor."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = torch.tensor([float(value)])
+    value = as_tensor(value, name).reshape(-1)
+    check_finite_array(value, name)
+    if value.numel() not in (1, target_dim):
+        raise ValueError(f"{name} has {value.numel()} values; the model predicts {target_dim} target(s): give one "
+                         f"value per target")
+    return value if value.is_floating_point() else value.to(torch.get_default_dtype())

@@ -17,6 +17,8 @@ particle averaging, non-finite checks).  The objective per minibatch is
   Linear/Conv layer's weight is fully random; weight sampling elsewhere.
 * ``sparse-vd`` — sparse variational dropout (Molchanov, Ashukha & Vetrov 2017), LRT by default.
 * ``kingma-vd`` — variational dropout with α ≤ 1 (Kingma, Salimans & Welling 2015), LRT by default.
+  Both train for a length set by the data size (:class:`DropoutVDConfig`: at least 5000 steps, a
+  quarter of the epochs as pretraining; ``protocol="paper"`` keeps the fixed 200 epochs).
 * ``radial`` — the Radial AutoGuide (Farquhar, Osborne & Gal 2020); its prior cross-entropy is
   exact by default, or estimated from ``mc_kl_samples`` = M draws with the ``"reparameterized"``
   (memory independent of M; Nazarovs et al. 2021) or ``"naive"`` estimator.
@@ -32,11 +34,13 @@ holds the final report.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from inference.backends.base import Backend
+from inference.optim.batches import as_batches
 from inference.optim.training import LoopOptions
 from inference.posterior import VariationalPosterior
 from inference.variational.elbo_paths import check_elbo_path, elbo_particle, elbo_path_info, resolve_elbo_path
@@ -49,6 +53,8 @@ from inference.variational.radial_kl import resolve_mc_kl
 
 __all__ = [
     "MeanFieldConfig",
+    "DropoutVDConfig",
+    "VD_PROTOCOLS",
     "GravesConfig",
     "SVILRTConfig",
     "SparseVDConfig",
@@ -60,6 +66,14 @@ __all__ = [
     "KingmaVDBackend",
     "RadialBackend",
 ]
+
+
+#: the dropout families' training budgets (:class:`DropoutVDConfig`)
+VD_PROTOCOLS = ("data-size", "paper")
+#: epochs of the ``"paper"`` budget, and the least of ``"data-size"``
+PAPER_EPOCHS = 200
+#: optimisation steps the ``"data-size"`` budget trains for at least
+MIN_STEPS = 5000
 
 
 @dataclass
@@ -117,23 +131,65 @@ class SVILRTConfig(MeanFieldConfig):
 
 
 @dataclass
-class SparseVDConfig(MeanFieldConfig):
-    """Sparse VD: LRT (as Molchanov et al.), Adam lr 3e-3 and a KL ramp over 100 epochs."""
+class DropoutVDConfig(MeanFieldConfig):
+    """The variational-dropout families' options: LRT, Adam lr 3e-3, a KL ramp over 100 epochs, and a
+    training length from the data size.
 
-    FAMILY: ClassVar[str] = "sparse-vd"
+    Attributes:
+        protocol: ``"data-size"`` (default) — ``epochs`` ``None`` is the papers' 200, or more on small
+            data so that the fit takes at least ``min_steps`` optimisation steps
+            (``max(200, ⌈min_steps / steps per epoch⌉)``), and ``pretrain_epochs`` ``None`` a quarter of
+            them (deterministic pretraining: the guide's means start at the pretrained weights, as
+            Molchanov, Ashukha & Vetrov 2017 start from a pretrained network); or ``"paper"`` — the fixed
+            budget these backends had before issue 38, whatever the data size: 200 epochs from the
+            network's own initialisation (``pretrain_epochs`` ``None`` is 0).  Given values are kept.
+        min_steps: the optimisation steps ``"data-size"`` trains for at least (default 5000, the
+            command line's target; 200 epochs of batch 64 on 200 points are only 800).
+    """
+
     estimator: str = "lrt"
     lr: float = 3e-3
     kl_anneal_epochs: int = 100
+    epochs: Optional[int] = None
+    pretrain_epochs: Optional[int] = None
+    protocol: str = "data-size"
+    min_steps: int = MIN_STEPS
+
+    @property
+    def own_budget(self) -> bool:
+        """Whether the protocol sets the epochs (:mod:`lab.run_spec` then keeps ``epochs=None``)."""
+        return self.protocol == "paper"
+
+    def resolved(self, steps_per_epoch: int) -> "DropoutVDConfig":
+        """This config with ``epochs`` and ``pretrain_epochs`` filled in for ``steps_per_epoch`` steps per epoch."""
+        epochs, pretrain_epochs = self.epochs, self.pretrain_epochs
+        if epochs is None:
+            epochs = PAPER_EPOCHS if self.protocol == "paper" else max(
+                PAPER_EPOCHS, math.ceil(self.min_steps / max(1, steps_per_epoch)))
+        if pretrain_epochs is None:
+            pretrain_epochs = 0 if self.protocol == "paper" else epochs // 4
+        return dataclasses.replace(self, epochs=epochs, pretrain_epochs=pretrain_epochs)
+
+    def validate(self):
+        if self.protocol not in VD_PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r} of {self.FAMILY}; valid: {', '.join(VD_PROTOCOLS)}")
+        if int(self.min_steps) < 1:
+            raise ValueError(f"min_steps must be at least 1, got {self.min_steps}")
+        MeanFieldConfig.validate(self.resolved(1))  # the other options, at a stand-in data size
 
 
 @dataclass
-class KingmaVDConfig(MeanFieldConfig):
-    """Kingma VD: LRT (as Kingma, Salimans & Welling 2015), Adam lr 3e-3 and a KL ramp over 100 epochs."""
+class SparseVDConfig(DropoutVDConfig):
+    """Sparse VD (Molchanov, Ashukha & Vetrov 2017): :class:`DropoutVDConfig`."""
+
+    FAMILY: ClassVar[str] = "sparse-vd"
+
+
+@dataclass
+class KingmaVDConfig(DropoutVDConfig):
+    """Variational dropout with α ≤ 1 (Kingma, Salimans & Welling 2015): :class:`DropoutVDConfig`."""
 
     FAMILY: ClassVar[str] = "kingma-vd"
-    estimator: str = "lrt"
-    lr: float = 3e-3
-    kl_anneal_epochs: int = 100
 
 
 @dataclass
@@ -166,7 +222,8 @@ class RadialConfig(LoopOptions):
 class _VariationalBackend(Backend):
     """Shared run(): the family's guide and particle through :func:`~inference.variational.fit.fit_guide`,
     with sparsity tracking by the family's pruning rule.  Subclasses set ``guide_name`` and define
-    ``_guide_kwargs(config)``, ``_particle(bnn, config)`` and ``_extra_info(bnn, guide, config)``."""
+    ``_guide_kwargs(config)``, ``_particle(bnn, config)`` and ``_extra_info(bnn, guide, config)``; a config
+    with ``resolved(steps_per_epoch)`` (:class:`DropoutVDConfig`) gets its training length from the data."""
 
     guide_name = ""
 
@@ -176,6 +233,8 @@ class _VariationalBackend(Backend):
                 f"backend {self.name!r} needs random weights but the model has none (stochastic='none'); "
                 f"choose stochastic='all', 'last' or a module pattern, or use backend 'svi' for the deterministic net"
             )
+        if isinstance(config, DropoutVDConfig):
+            config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)
         return fit_guide(
             self.name, bnn, x, y, config, seed, progress, self.guide_name, self._guide_kwargs(config),
             self._particle(bnn, config), info=lambda guide: self._extra_info(bnn, guide, config),

@@ -68,7 +68,7 @@ def train_cells(bnn, layers: dict, x, y, cells: list, config, seed: int, progres
     the minibatches.  Adam is element-wise, so each cell's updates are those it would get alone.
     ``config`` gives ``length_scale`` l, ``lr``, ``epochs`` and ``batch_size``.
     """
-    from tqdm.auto import tqdm
+    from zoo.progress import tqdm
 
     starts = [glorot_start(bnn, layers, seed + c) for c in range(len(cells))]
     values = {n: torch.stack([s[n] for s in starts]).to(x).requires_grad_(True) for n in starts[0]}

@@ -91,7 +91,7 @@ def train_members(members: StackedMembers, start: dict, x, y, config, seeds: lis
     Returns ``(values, histories, error)``: final values, per-member loss per epoch, and the
     :class:`NonFiniteLossError` that stopped the run (``None`` if it finished; ``values`` then hold the
     last finite point)."""
-    from tqdm.auto import tqdm
+    from zoo.progress import tqdm
 
     values = {n: v.detach().clone().requires_grad_(True) for n, v in start.items()}
     params = list(values.values()) + list(extra_params)

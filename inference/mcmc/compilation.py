@@ -44,7 +44,7 @@ from typing import Callable, Optional
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from zoo.progress import tqdm
 
 from inference.mcmc.budget import WINDOW, Forecast
 
@@ -171,7 +171,7 @@ class LazyCompile:
             for later fits in this process.
         blocker: :func:`compile_blocker`'s reason, or ``None``; with a reason the transition stays
             eager (with a ``RuntimeWarning`` when ``mode`` is ``True``).
-        progress, desc: a ``tqdm.auto`` bar while the first compiled call runs.
+        progress, desc: a ``zoo.progress.tqdm`` bar while the first compiled call runs.
         device: the device the transition runs on; on a CPU an enabled transition starts
             :func:`warm_cpu_compiler` (build the transition before the sampler's start to gain most).
 

@@ -3,7 +3,7 @@
 :func:`run_chains` iterates a transition ``(state, params) -> (state, info)`` over all
 chains at once, feeds warm-up iterations to an optional :class:`~inference.mcmc.adaptation.
 Adaptation` (whose state is the ``params`` the transition reads), keeps the draws chosen by
-``draw_index``, and shows ``tqdm.auto`` progress bars, one for the warm-up and one for the
+``draw_index``, and shows ``zoo.progress.tqdm`` progress bars, one for the warm-up and one for the
 sampling iterations, unless ``progress=False``.  States
 are NamedTuples with fields ``z`` ``[C, D]``, ``log_density`` ``[C]`` and ``grad`` ``[C, D]``;
 ``info`` is a dict of per-chain ``[C]`` tensors, stored per kept draw as ``[C, S]``.  An optional
@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, NamedTuple, Optional
 
 import torch
-from tqdm.auto import tqdm
+from zoo.progress import tqdm
 
 from inference.mcmc.adaptation import Adaptation
 from inference.mcmc.budget import Monitor

@@ -28,7 +28,7 @@ from typing import Callable, Optional
 
 import torch
 from torch.func import vmap
-from tqdm.auto import tqdm
+from zoo.progress import tqdm
 
 from inference.optim.training import HISTORY_KEYS, kl_weight, lr_scheduler
 from inference.variational.latents import normal_prior_params

@@ -118,7 +118,8 @@ def fit_map(
 
     with pyro.validation_enabled(False), training_context():
         params = list(raw.values()) + bnn.deterministic_parameters()
-        run_training_loop(particle, params, data, config.loop_options(), generator, history, result, desc, progress)
+        run_training_loop(particle, params, data, config.loop_options(), generator, history, result, desc, progress,
+                          objective="log_joint")
     return result()
 
 

@@ -15,7 +15,7 @@ entries held fixed, then the likelihood's latents at their MAP) and the guide's 
 there, as Molchanov, Ashukha & Vetrov (2017) start from a pretrained network.  Adam with a
 constant, cosine or step learning-rate schedule and optional gradient-norm clipping; a NaN/inf
 loss or gradient stops the run with :class:`NonFiniteLossError`, which names the step and
-carries the posterior of the last finite parameters.  Progress is a ``tqdm.auto`` bar
+carries the posterior of the last finite parameters.  Progress is a ``zoo.progress.tqdm`` bar
 (``progress=False`` silences it).
 
 The whole variational fit around the loop (seed, pretraining, guide, posterior) is
@@ -28,19 +28,22 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
-from tqdm.auto import tqdm
+from zoo.progress import tqdm
 
 from inference.optim.batches import as_batches
 from inference.optim.latent_fit import fit_latents, network_outputs
 from inference.optim.lean_adam import LeanAdam, gradient_norm
 
 __all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "LR_SCHEDULES", "OPTIMIZERS", "HISTORY_KEYS",
-           "kl_weight", "lr_scheduler", "pretrain", "average_particles", "optimiser_step", "run_training_loop"]
+           "OBJECTIVES", "kl_weight", "lr_scheduler", "pretrain", "average_particles", "optimiser_step",
+           "run_training_loop"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
 OPTIMIZERS = ("adam", "clipped-adam")
 #: per-epoch history of every variational fit (plus ``sparsity`` / ``layer_sparsity`` when tracked)
 HISTORY_KEYS = ("epoch", "loss", "expected_log_likelihood", "kl", "kl_weight", "lr")
+#: what the training loop's progress bar shows (:func:`run_training_loop`'s ``objective``)
+OBJECTIVES = ("elbo", "log_joint")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -256,6 +259,7 @@ def run_training_loop(
     progress: bool,
     on_epoch: Optional[Callable] = None,
     fused_adam: bool = False,
+    objective: str = "elbo",
 ) -> None:
     """Minibatches, particle averaging, KL annealing, Adam with the schedule, non-finite checks.
 
@@ -275,7 +279,14 @@ def run_training_loop(
             bar's postfix (e.g. per-layer sparsity).
         fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).  Either Adam
             is stepped by :class:`~inference.optim.lean_adam.LeanAdam` (the same update, less overhead).
+        objective: what ``particle``'s two terms make, for the bar's label (:data:`OBJECTIVES`): ``"elbo"``
+            (expected log-likelihood and KL: the ELBO, at β = 1) or ``"log_joint"`` (log-likelihood and minus
+            the log prior of a point estimate: its log joint density, the MAP objective).  The bar shows the
+            epoch's mean of it, and the KL weight β only while an annealing schedule changes it.
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    annealed = config.kl_warmup_epochs > 0 or config.kl_anneal_epochs > 0
     steps_per_epoch = data.steps_per_epoch
     total_steps = config.epochs * steps_per_epoch
     optimizer = LeanAdam(torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {})))
@@ -301,7 +312,9 @@ def run_training_loop(
         history["kl"].append(sums[2] / steps_per_epoch)
         history["kl_weight"].append(beta)
         history["lr"].append(optimizer.param_groups[0]["lr"])
-        postfix = {"elbo": f"{-(sums[1] - sums[2]) / steps_per_epoch:.4g}", "kl_w": f"{beta:.2f}"}
+        postfix = {objective: f"{(sums[1] - sums[2]) / steps_per_epoch:.4g}"}
+        if annealed:
+            postfix["kl_weight"] = f"{beta:.2f}"
         if on_epoch is not None:
             postfix.update(on_epoch(epoch))
         bar.set_postfix(**postfix)

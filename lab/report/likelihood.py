@@ -114,7 +114,8 @@ def latent_rows(run: ReportRun, likelihood, target_scale=None) -> tuple[list, li
     post = run.idata.posterior
     missing = [name for name in priors if name not in post]
     if missing:
-        raise NotApplicable(f"posterior.nc holds no draws of {', '.join(missing)} (exported without parameters)")
+        raise NotApplicable(f"{run.stored('idata')} holds no draws of {', '.join(missing)} (exported without "
+                            "parameters)")
     chains = post.sizes["chain"]
     lo, hi = (1 - LEVEL) / 2, (1 + LEVEL) / 2
     header = ["quantity", "target", "mean", f"{lo:.0%}", f"{hi:.0%}", f"prior {lo:.0%}", f"prior {hi:.0%}",
@@ -221,7 +222,8 @@ def observation_model(run: ReportRun) -> str:
             if high:
                 parts.append(note(f"R-hat > {RHAT_LIMIT} for {', '.join(high)}: the chains disagree about the "
                                   "likelihood's latents.", "warn"))
-    parts += [heading("Residual check: does the likelihood fit the test residuals?"), _residuals(run, likelihood)]
+    parts += [heading(f"Residual check: does the likelihood fit the {run.evaluation_word} residuals?"),
+              _residuals(run, likelihood)]
     return join(parts)
 
 
@@ -232,7 +234,7 @@ def _residuals(run: ReportRun, likelihood) -> str:
         return note(f"Not applicable: {reason}")
     pit = s["pit"]
     parts = [paragraph(
-        f"PIT values u = F(y) of the {pit.shape[0]} test points under the predictive mixture are uniform when the "
+        f"PIT values u = F(y) of {run.evaluated(pit.shape[0])} under the predictive mixture are uniform when the "
         "likelihood (and the posterior) fit. A QQ curve below the diagonal at the left and above it at the right "
         "— too many PIT values in the tails — means the residuals' tails are heavier than the predictive "
         "distribution's (a Student-t may fit, or the noise is underestimated); the opposite, above at the left "
@@ -243,7 +245,7 @@ def _residuals(run: ReportRun, likelihood) -> str:
         image(plots.pit_qq_png(pit, LEVEL), "PIT QQ plot")]
     noise = noise_sd(s["sd"], s["epistemic_sd"])
     if likelihood.name != "heteroscedastic":
-        parts.append(paragraph(f"Predicted noise sd sqrt(E[Var(y | f, θ)]) (mean over test points, original units; "
+        parts.append(paragraph(f"Predicted noise sd sqrt(E[Var(y | f, θ)]) (mean over {run.evaluated()}, original units; "
                                f"s·sqrt(ν/(ν − 2)) for a Student-t, infinite when draws have ν ≤ 2): "
                                f"{', '.join(fmt(v) for v in noise.mean(0))} per target; it does not vary with x "
                                "for this likelihood, so the binned check of heteroscedastic runs does not apply."))
@@ -252,7 +254,7 @@ def _residuals(run: ReportRun, likelihood) -> str:
     per_target = {t: binned_residuals(noise[:, t], s["sd"][:, t], residual[:, t]) for t in range(noise.shape[1])}
     rows = [[t, *row] for t, binned in per_target.items() for row in binned]
     parts += [paragraph(
-        f"Test points in {NOISE_BINS} equal-count bins of the predicted noise sd sqrt(E[σ²(x)]) per target: the RMS "
+        f"The evaluated points in {NOISE_BINS} equal-count bins of the predicted noise sd sqrt(E[σ²(x)]) per target: the RMS "
         "residual |y − mean| should equal the RMS predictive sd (noise and epistemic) in every bin — a ratio above "
         "1 where the predicted noise is small means the variance head is over-confident there."),
         table(rows, ["target", "points", "RMS noise sd", "RMS predictive sd", "RMS |y − mean|", "ratio"]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import textwrap
 import warnings
 from typing import Callable, Mapping, Sequence
 
@@ -17,6 +18,7 @@ from inference.evaluation.arviz_export import quiet_arviz
 
 __all__ = [
     "quiet_arviz",
+    "legend_below",
     "png",
     "arviz_png",
     "history_png",
@@ -31,6 +33,8 @@ __all__ = [
 ]
 
 DPI = 80
+#: legend labels under a plot wrap at this many characters; the figure grows by the legend's height and this pad
+LEGEND_CHARS, LEGEND_PAD_INCHES = 48, 0.1
 
 
 def _figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.2):
@@ -115,14 +119,27 @@ def _sparsity_panel(ax, epoch, history) -> None:
     ax.legend(fontsize=7)
 
 
+def legend_below(ax, fontsize: float = 8, width_chars: int = LEGEND_CHARS) -> None:
+    """The axes' legend under the plot, labels wrapped at ``width_chars`` characters (long names broken),
+    the figure made taller by the legend's lines: however long or many the labels, the plot keeps its
+    size (a legend inside or beside the axes, sized by the labels, squeezes them under constrained layout)."""
+    handles, labels = ax.get_legend_handles_labels()
+    wrapped = [textwrap.fill(str(label), width_chars) or " " for label in labels]
+    fig = ax.get_figure()
+    width, height = fig.get_size_inches()
+    legend = fig.legend(handles, wrapped, loc="outside lower center", fontsize=fontsize, frameon=False)
+    legend_height = legend.get_window_extent(fig.canvas.get_renderer()).height / fig.dpi  # inches, as drawn
+    fig.set_size_inches(width, height + legend_height + LEGEND_PAD_INCHES)
+
+
 def coverage_png(curves: Mapping[str, tuple]) -> str:
-    """Empirical coverage of central predictive intervals against their nominal level."""
+    """Empirical coverage of central predictive intervals against their nominal level (legend below the plot)."""
     fig, (ax,) = _figure(width=4.2, height=3.6)
     ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="ideal")
     for label, (nominal, empirical) in curves.items():
         ax.plot(nominal, empirical, marker="o", ms=3, lw=1.2, label=label)
     ax.set(xlabel="nominal level of the central interval", ylabel="empirical coverage", xlim=(0, 1), ylim=(0, 1))
-    ax.legend(fontsize=8)
+    legend_below(ax)
     return png(fig)
 
 
@@ -148,12 +165,14 @@ def reliability_png(curves: Mapping[str, tuple]) -> str:
         ax.plot(confidence, acc, lw=1.2, label=label)
         ax.scatter(confidence, acc, s=sizes, alpha=0.6)
     ax.set(xlabel="confidence (max mean class probability)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1.02))
-    ax.legend(fontsize=8)
+    legend_below(ax)
     return png(fig)
 
 
-def bands_png(train, test, x, mean, bands: Mapping[str, tuple], epistemic=None, xlabel: str = "x") -> str:
-    """1-D predictive mean and central bands at sorted inputs ``x`` with test and (optional) training points."""
+def bands_png(train, test, x, mean, bands: Mapping[str, tuple], epistemic=None, xlabel: str = "x",
+              test_label: str = "test") -> str:
+    """1-D predictive mean and central bands at sorted inputs ``x`` with the evaluated (``test_label``) and
+    (optional) training points."""
     fig, (ax,) = _figure(width=6.5, height=3.6)
     for alpha, (label, (lo, hi)) in zip((0.18, 0.3, 0.42), bands.items()):
         ax.fill_between(x, lo, hi, color="C0", alpha=alpha, lw=0, label=label)
@@ -161,7 +180,7 @@ def bands_png(train, test, x, mean, bands: Mapping[str, tuple], epistemic=None, 
         ax.plot(x, epistemic[0], color="C1", lw=0.8, ls=":", label="± 2 sd of f (epistemic)")
         ax.plot(x, epistemic[1], color="C1", lw=0.8, ls=":")
     ax.plot(x, mean, color="C0", lw=1.5, label="predictive mean")
-    ax.scatter(*test, s=4, color="grey", alpha=0.5, label="test")
+    ax.scatter(*test, s=4, color="grey", alpha=0.5, label=test_label)
     if train is not None:
         ax.scatter(*train, s=14, color="k", label="train")
     ax.set(xlabel=xlabel, ylabel="y")

@@ -40,11 +40,23 @@ def loo(idata):
 
 
 def loo_data(run: ReportRun) -> tuple[object, str]:
-    """The training-set InferenceData (``train.nc``) to run PSIS-LOO on, and a sentence saying what it holds."""
+    """The training-set InferenceData (``train.nc``) to run PSIS-LOO on, and a sentence saying what it holds.
+
+    Raises :class:`NotApplicable` when the points are known not to be the fit's own (tensors passed to a
+    report whose fingerprint differs from the fit's): LOO estimates out-of-sample fit from those only."""
+    train = run.evaluation["train"]
+    if train == "other":
+        raise NotApplicable("the points passed to the report as training data are not the ones the posterior was "
+                            "fitted to (their fingerprint differs from the fit's); PSIS-LOO and WAIC estimate "
+                            "out-of-sample fit from the fitted points: pass the tensors given to fit, data=(x, y)")
     idata = run.train_idata
     n = idata.log_likelihood.sizes["obs_id"]
     total = run.n_train
     which = f"all {n}" if total in (None, n) else f"a seeded random {n} of {total}"
+    if train == "unknown":
+        return idata, (f"PSIS-LOO and WAIC on {which} points passed to the report as training data (the posterior "
+                       "records no fingerprint of its training data, e.g. fitted from a DataLoader, so they could "
+                       "not be checked to be the points it was fitted to).")
     return idata, f"PSIS-LOO and WAIC on {which} training points (the data the posterior was fitted to)."
 
 
@@ -66,22 +78,28 @@ def pareto_k_counts(result) -> dict:
 
 def loo_waic(run: ReportRun) -> str:
     if "log_likelihood" not in run.idata.groups():
-        raise NotApplicable("posterior.nc holds no pointwise log-likelihood")
+        raise NotApplicable(f"{run.stored('idata')} holds no pointwise log-likelihood")
     idata, source = loo_data(run)
     result, waic = loo(idata)
     n = result.n_data_points
     lppd, n_test = test_lppd(run.idata)
     rows = [("elpd_loo", result.elpd_loo, result.se, result.elpd_loo / n), ("p_loo", result.p_loo, None, None),
             ("elpd_waic", waic.elpd_waic, waic.se, waic.elpd_waic / n), ("p_waic", waic.p_waic, None, None),
-            (f"test lppd ({n_test} held-out points)", lppd, None, lppd / n_test)]
+            (f"{run.evaluation_word} lppd ({n_test} points)", lppd, None, lppd / n_test)]
     counts = pareto_k_counts(result)
     if run.idata.log_likelihood.attrs.get("point_mass") == 1:
         draws = "a point mass (LOO is the plug-in score Σ log p(y|ŵ), p_loo = 0)"
     else:
         draws = f"{result.n_samples} draws"
+    if run.evaluation["kind"] == "test":
+        against = "its per-point value can be read against the test lppd per point."
+    elif run.evaluation["kind"] == "in-sample":
+        against = ("the in-sample lppd is the fit's own points scored by the posterior fitted to them, so it is "
+                   "optimistic: it is no estimate of out-of-sample fit.")
+    else:
+        against = "the evaluation lppd scores the points passed to the report."
     parts = [paragraph(f"{source} {draws}; log scores in original units. elpd_loo estimates the "
-                       "log predictive density of new data; its per-point value can be read against the test "
-                       "lppd per point."),
+                       f"log predictive density of new data; {against}"),
              table(rows, ["quantity", "estimate", "SE", "per point"]),
              heading("Pareto k̂ diagnostic"), table(counts.items(), ["range", "points"])]
     bad = sum(v for k, v in counts.items() if not k.startswith("good"))
@@ -136,10 +154,10 @@ def calibration(run: ReportRun) -> str:
             for p in (0.5, 0.9, 0.95)]
     return join([
         paragraph("Coverage of central predictive intervals (observation noise included) against their nominal "
-                  f"level; PIT values of the {pit.size} test targets under the run's predictive mixture CDF. "
-                  "Curves below the diagonal are over-confident."),
-        table(rows, ["nominal", "coverage (metrics.json)", "coverage (this curve)"]),
-        image(plots.coverage_png({run.name: (LEVELS, empirical)}), "coverage vs nominal"),
+                  f"level; PIT values of {pit.size} targets of {run.evaluated()} under the run's predictive "
+                  "mixture CDF. Curves below the diagonal are over-confident."),
+        table(rows, ["nominal", "coverage (recorded metrics)", "coverage (this curve)"]),
+        image(plots.coverage_png({"this run": (LEVELS, empirical)}), "coverage vs nominal"),
         image(plots.pit_png(pit), "PIT histogram"),
     ])
 
@@ -151,7 +169,7 @@ def _classification_calibration(run: ReportRun) -> str:
         paragraph(f"Reliability diagram with {ECE_BINS} equal-width confidence bins (marker size ∝ points per bin); "
                   "points below the diagonal are over-confident. (Coverage curves apply to regression.)"),
         table([("ECE", ece), ("accuracy", run.metrics.get("accuracy"))], ["metric", "value"]),
-        image(plots.reliability_png({run.name: reliability_curve(run)}), "reliability diagram"),
+        image(plots.reliability_png({"this run": reliability_curve(run)}), "reliability diagram"),
     ])
 
 
@@ -181,11 +199,12 @@ def bands(run: ReportRun) -> str:
         {"90 % predictive": (first["lower_90"], first["upper_90"]),
          "50 % predictive": (first["lower_50"], first["upper_50"])},
         epistemic=(mean - 2 * sd_f, mean + 2 * sd_f), xlabel="x (network input units)",
+        test_label={"test": "test", "in-sample": "evaluated (in-sample)"}.get(run.evaluation["kind"], "evaluated"),
     )
     outputs = y_test.shape[1]
     extra = note(f"showing output 0 of {outputs}") if outputs > 1 else ""
-    return join([paragraph(f"The run's prediction ({stored.attrs.get('num_samples', '?')} posterior draws) at its "
-                                f"{x.size} test inputs, targets in original units; bands include observation noise, "
+    return join([paragraph(f"The run's prediction ({stored.attrs.get('num_samples', '?')} posterior draws) at "
+                                f"{run.evaluated(x.size)}, targets in original units; bands include observation noise, "
                                 "the dotted lines show the network's own (epistemic) spread. Widest epistemic sd: "
                                 f"{fmt(float(sd_f.max()))}."),
                       extra, image(picture, "predictive bands")])

@@ -24,8 +24,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from zoo.checks import check_dataset
+from zoo.checks import check_dataset, check_input, check_targets
 from zoo.data import DataError, Dataset
+from zoo.data.fingerprint import data_fingerprint
 
 from inference.evaluation.arviz_export import load_netcdf
 from inference.storage.net_spec import describe_spec, net_spec
@@ -34,7 +35,8 @@ from lab.run_evaluation import evaluate_posterior
 from lab.runs import RunResult
 from lab.store import StoreError, verify_run
 
-__all__ = ["ReportRun", "NotApplicable", "open_run", "as_run", "tensors_as_dataset", "REQUIRED_FILES"]
+__all__ = ["ReportRun", "NotApplicable", "open_run", "as_run", "tensors_as_dataset", "tensors_evaluation",
+           "describe_selection", "REQUIRED_FILES"]
 
 #: files every reportable run holds (``train.nc`` and ``posterior/`` are optional)
 REQUIRED_FILES = ("metrics.json", "config.json", "posterior.nc")
@@ -100,12 +102,14 @@ class ReportRun:
 
     @classmethod
     def from_posterior(cls, posterior: Posterior, data: Dataset, seed: int = 0,
-                       name: Optional[str] = None) -> "ReportRun":
+                       name: Optional[str] = None, evaluation: Optional[dict] = None) -> "ReportRun":
         """The run of a fitted ``posterior`` on ``data``, in memory: what :func:`lab.runs.execute` builds.
 
         Predicts the test set once (``seed``), evaluates it, exports the test-set and LOO
         training-subset InferenceData and records the posterior's identity; ``data`` must be
         the :class:`~zoo.data.Dataset` the posterior was fitted on (its standardisation).
+        ``evaluation`` says what ``data``'s two parts are (:attr:`evaluation`; default: a held-out
+        test split and the fit's own training points).
         """
         if not isinstance(posterior, Posterior):
             raise ValueError(f"expected a fitted Posterior, got {type(posterior).__name__}")
@@ -115,15 +119,20 @@ class ReportRun:
         bnn, info = posterior.bnn, posterior.info
         if bnn.likelihood.task != data.task:
             raise ValueError(f"the posterior is for {bnn.likelihood.task} but the data {data.name!r} are {data.task}")
-        evaluation = evaluate_posterior(posterior, data, seed)
-        metrics, idata, train_idata = evaluation.metrics, evaluation.idata, evaluation.train_idata
+        evaluated = evaluate_posterior(posterior, data, seed)
+        metrics, idata, train_idata = evaluated.metrics, evaluated.idata, evaluated.train_idata
         backend = str(info.get("backend", "?"))
         metrics.update(n_train=data.n_train, n_test=data.n_test, num_random=bnn.num_random, backend=backend,
-                       model=describe_spec(net_spec(bnn.net)), data=data.name, seed=info.get("seed", seed), task=data.task)
+                       model=describe_spec(net_spec(bnn.net)), data=data.name, seed=info.get("seed", seed), task=data.task,
+                       stochastic=describe_selection(bnn))
         if "fit_seconds" in info:
             metrics["fit_seconds"] = info["fit_seconds"]
-        config = {"spec": {}, "backend_options": info.get("config") or {}, "data": data.summary(),
-                  "prune": info.get("pruning")}
+        model = {"network": metrics["model"], "stochastic": metrics["stochastic"],
+                 "random sites": ", ".join(s.name for s in bnn.sites) or "none", "random parameters": bnn.num_random,
+                 "prior": repr(bnn.prior), "likelihood": repr(bnn.likelihood),
+                 "train_deterministic": bnn.train_deterministic, "fitted on (rows)": info.get("num_data")}
+        config = {"spec": {}, "model": model, "backend_options": info.get("config") or {}, "data": data.summary(),
+                  "prune": info.get("pruning"), "evaluation": dict(evaluation or {}), "source": "posterior"}
         if name is None:
             name = "-".join(str(metrics[k]) for k in ("data", "model", "backend")) + f"-seed{metrics['seed']}"
         return cls(name, to_jsonable(metrics), to_jsonable(config), idata, train_idata, posterior,
@@ -141,12 +150,12 @@ class ReportRun:
     @property
     def idata(self):
         """Test-set InferenceData (``posterior.nc``)."""
-        return self._part("idata", "the run has no test-set InferenceData (posterior.nc)")
+        return self._part("idata", f"the run has no InferenceData of its evaluated points ({self.stored('idata')})")
 
     @property
     def train_idata(self):
         """InferenceData on the seeded training subset (``train.nc``), for PSIS-LOO / WAIC."""
-        return self._part("train_idata", "the run has no training-set InferenceData (train.nc)")
+        return self._part("train_idata", f"the run has no training-set InferenceData ({self.stored('train_idata')})")
 
     @property
     def posterior(self):
@@ -157,8 +166,46 @@ class ReportRun:
         """The ``predictions`` group of ``posterior.nc``: the run's own per-point test-set summaries."""
         idata = self.idata
         if "predictions" not in idata.groups():
-            raise NotApplicable("posterior.nc holds no predictions group (exported without the run's prediction)")
+            raise NotApplicable(f"{self.stored('idata')} holds no predictions group (exported without the run's "
+                                "prediction)")
         return idata.predictions
+
+    # ------------------------------------------------------------------ what the data are
+    @property
+    def evaluation(self) -> dict:
+        """What the report's data are: ``kind`` of the evaluated points — ``"test"`` (a held-out split, the
+        default), ``"in-sample"`` (the fit's own training points) or ``"given"`` (points passed to the
+        report, not recognised as the fit's) — and ``train``, the points PSIS-LOO reads: ``"fitted"``
+        (the fit's own, the default), ``"unknown"`` (not checkable) or ``"other"`` (not the fit's)."""
+        return {"kind": "test", "train": "fitted", **(self.config.get("evaluation") or {})}
+
+    def evaluated(self, count=None) -> str:
+        """The evaluated points in words, e.g. ``"the 200 held-out test points"``."""
+        number = f"{count} " if count is not None else ""
+        return {"test": f"the {number}held-out test points",
+                "in-sample": f"the {number}training points (in-sample: the fit's own data)",
+                "given": f"the {number}points passed to the report"}[self.evaluation["kind"]]
+
+    @property
+    def evaluation_word(self) -> str:
+        """The adjective of metrics on the evaluated points: ``test``, ``in-sample`` or ``evaluation``."""
+        return {"test": "test", "in-sample": "in-sample", "given": "evaluation"}[self.evaluation["kind"]]
+
+    @property
+    def is_posterior_report(self) -> bool:
+        """Whether this is a posterior reported from memory (:meth:`from_posterior`), with no run files
+        (a run folder or a ``RunResult`` has them, written or not)."""
+        return self.config.get("source") == "posterior"
+
+    def stored(self, part: str) -> str:
+        """Where a part of the run is: its run file (``idata``: ``posterior.nc``, ``train_idata``: ``train.nc``,
+        ``metrics``, ``config``), or for a posterior reported from memory what it is there."""
+        files = {"idata": "posterior.nc", "train_idata": "train.nc", "metrics": "metrics.json", "config": "config.json"}
+        if not self.is_posterior_report:
+            return files[part]
+        return {"idata": "the report's InferenceData of the evaluated points (in memory)",
+                "train_idata": "the report's InferenceData of the training points (in memory)",
+                "metrics": "the report's metrics (in memory)", "config": "the posterior's record"}[part]
 
     # ------------------------------------------------------------------ identity
     @property
@@ -203,8 +250,8 @@ def tensors_as_dataset(bnn, data: Sequence[torch.Tensor]) -> Dataset:
     Inputs are taken as the network takes them (no input scaling); regression targets ``[N, T]``
     are standardised by the model's ``target_loc`` / ``target_scale`` (its original units are
     ``y * target_scale + target_loc``), class labels are ``[N]`` integers.  With two tensors the
-    same points are the training points (PSIS-LOO) and the evaluation points of the report: its
-    metrics are then in-sample, and the data summary says so (``name``).
+    same points are the training points (PSIS-LOO) and the evaluation points of the report
+    (:func:`tensors_evaluation` says whether they are the fit's own).
     """
     if len(data) not in (2, 4) or not all(isinstance(t, torch.Tensor) for t in data):
         kinds = ", ".join(type(t).__name__ for t in data)
@@ -220,7 +267,7 @@ def tensors_as_dataset(bnn, data: Sequence[torch.Tensor]) -> Dataset:
     width = x_train.shape[-1]
     try:
         return Dataset(
-            name="given points (in-sample)" if len(data) == 2 else "given data", task=task,
+            name="data passed to the report", task=task,
             x_train=x_train.to(**like), y_train=y_train, x_test=x_test.to(**like), y_test=y_test,
             x_loc=torch.zeros(width), x_scale=torch.ones(width),
             y_loc=bnn.target_loc.detach().cpu().to(**like), y_scale=bnn.target_scale.detach().cpu().to(**like),
@@ -228,6 +275,39 @@ def tensors_as_dataset(bnn, data: Sequence[torch.Tensor]) -> Dataset:
         )
     except DataError as err:
         raise ValueError(f"data= for the report: {err}") from None
+
+
+def tensors_evaluation(posterior: Posterior, data: Sequence[torch.Tensor]) -> dict:
+    """What tensors passed to a report are (:attr:`ReportRun.evaluation`), by their
+    :func:`~zoo.data.fingerprint.data_fingerprint` against the one :func:`inference.fit` recorded
+    (``info["data_fingerprint"]``): the fit's own training points (equal values, a copy or the tensors
+    themselves) or other points.  Without a recorded fingerprint (a fit from a DataLoader, an older
+    save) the training part is ``"unknown"`` and the evaluated points are ``"given"``."""
+    recorded = posterior.info.get("data_fingerprint")
+    x_train, y_train, x_test, y_test = data if len(data) == 4 else (*data, *data)
+
+    def fitted(x, y) -> Optional[bool]:
+        if recorded is None:
+            return None
+        x = check_input(posterior.bnn, x, "data x")
+        return data_fingerprint(x, check_targets(posterior.bnn, y, x.shape[0], "data y")) == recorded
+
+    train = fitted(x_train, y_train)
+    same = len(data) == 2 or all(a is b for a, b in ((x_train, x_test), (y_train, y_test)))
+    test = train if same else fitted(x_test, y_test)
+    return {"kind": "in-sample" if test else "given", "train": {True: "fitted", False: "other"}.get(train, "unknown")}
+
+
+def describe_selection(bnn) -> str:
+    """The model's ``stochastic`` selection in words: the name given (``"last"``, ``"fc2,out"``) or, for a
+    selector object or masks, its type and the random sites."""
+    selection = bnn.selection
+    if isinstance(selection, str):
+        return selection
+    if isinstance(selection, (list, tuple)) and all(isinstance(p, str) for p in selection):
+        return ",".join(selection)
+    sites = ", ".join(s.name for s in bnn.sites) or "none"
+    return f"{type(selection).__name__} (sites {sites})"
 
 
 def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> ReportRun:
@@ -238,12 +318,14 @@ def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> ReportRun:
             raise ValueError("a report of a posterior needs the data it was fitted on: pass data=dataset "
                              "(a zoo.data.Dataset) or data=(x, y) / (x_train, y_train, x_test, y_test) tensors "
                              "as given to fit, e.g. write_report(posterior, 'report.html', data=(x, y))")
+        evaluation = None
         if isinstance(data, (tuple, list)):  # the points given: the fit's own size is not required
-            data = tensors_as_dataset(run.bnn, data)
+            tensors, data = data, tensors_as_dataset(run.bnn, data)
             check_dataset(run.bnn, data, "data")
+            evaluation = tensors_evaluation(run, tensors)
         else:  # the Dataset the posterior was fitted on: its scaling and training size must match
             check_dataset(run.bnn, data, "data", num_data=run.info.get("num_data"))
-        return ReportRun.from_posterior(run, data, seed=seed)
+        return ReportRun.from_posterior(run, data, seed=seed, evaluation=evaluation)
     if data is not None:
         raise ValueError(f"data= is for a report of a Posterior; a {type(run).__name__} holds its own data")
     if isinstance(run, ReportRun):

@@ -62,14 +62,18 @@ def overview(run: ReportRun) -> str:
     timing = [(k, m[k]) for k in ("fit_seconds", "predict_seconds") if k in m]
     timing += [(k, v) for k, v in sorted(run.info.items()) if k.endswith("_seconds") and k not in m]
     parts = [
-        heading("Test metrics (original units)"),
-        table(headline, ["metric", "value"]) if headline else note("no test metrics in metrics.json"),
+        heading(_metrics_heading(run)),
+        table(headline, ["metric", "value"]) if headline else note(f"no metrics in {run.stored('metrics')}"),
         heading("Timings (seconds)"),
         table(timing, ["phase", "seconds"]) if timing else note("no timings recorded"),
     ]
     spec = {k: v for k, v in run.spec.items() if v not in (None, {}, [])}
-    parts += [heading("Run specification"), table(sorted(spec.items()), ["field", "value"]) if spec else
-              note("config.json holds no run specification")]
+    model = run.config.get("model") or {}
+    if not run.is_posterior_report:  # a run: its config.json says how it was made
+        parts += [heading("Run specification"), table(sorted(spec.items()), ["field", "value"]) if spec else
+                  note("config.json holds no run specification")]
+    if model:  # a posterior reported from memory: the model it was fitted with
+        parts += [heading("Model"), table(list(model.items()), ["field", "value"])]
     options = run.config.get("backend_options") or {}
     resolved = run.info.get("config") or {}
     merged = {**resolved, **options}
@@ -79,8 +83,19 @@ def overview(run: ReportRun) -> str:
     if data:
         parts += [heading("Data"), table(sorted(data.items()), ["field", "value"])]
     parts.append(paragraph(f"{m.get('num_random', '?')} random parameters; {m.get('num_chains', '?')} chain(s) × "
-                           f"{m.get('num_draws', '?')} draws exported to posterior.nc."))
+                           f"{m.get('num_draws', '?')} draws exported to {run.stored('idata')}."))
     return join(parts)
+
+
+def _metrics_heading(run: ReportRun) -> str:
+    """What the headline metrics are about: held-out test points, the fit's own points, or points given."""
+    kind = run.evaluation["kind"]
+    count = run.metrics.get("n_test")
+    if kind == "test":
+        return "Test metrics: held-out points (original units)"
+    if kind == "in-sample":
+        return f"In-sample metrics: the fit's own {count} training points, not held out (original units)"
+    return f"Metrics on the {count} points passed to the report (original units)"
 
 
 def convergence(run: ReportRun) -> str:
@@ -90,8 +105,8 @@ def convergence(run: ReportRun) -> str:
     chains, draws = post.sizes["chain"], post.sizes["draw"]
     single = chains < 2
     parts = [paragraph(f"{chains} chain(s) × {draws} draws. R-hat (rank-normalised split R-hat), ESS bulk/tail and "
-                       "MCSE from ArviZ; the predictive quantities are the network output f at a few test points "
-                       "(f_mean) and the log joint density.")]
+                       f"MCSE from ArviZ; the predictive quantities are the network output f at a few of "
+                       f"{run.evaluated()} (f_mean) and the log joint density.")]
     if single:
         parts.append(note("R-hat: not applicable — 1 chain (independent draws, e.g. from a variational posterior); "
                           "R-hat needs at least 2 chains."))
@@ -111,8 +126,8 @@ def convergence(run: ReportRun) -> str:
                             "(neurons can be permuted between chains); judge convergence on the predictive rows."),
                   frame_table(weights)]
     else:
-        parts.append(note("parameter summary: not available — the weights were not exported to posterior.nc "
-                          "(too many random parameters)."))
+        parts.append(note(f"parameter summary: not available — the weights were not exported to "
+                          f"{run.stored('idata')} (too many random parameters)."))
     trace_coords = _most_variable(post["f_mean"], pick)
     # float64: ArviZ's KDE cannot bin float32 draws whose spread is tiny relative to their size
     traced = post[["log_joint", "f_mean"]].sel(trace_coords).astype("float64")
