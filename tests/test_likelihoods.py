@@ -105,14 +105,15 @@ def _expected_hessian(lik, f, latents, num_y=40000, seed=0):
     return torch.stack([m for m, _ in per_point]), torch.stack([s for _, s in per_point])
 
 
-@pytest.mark.parametrize("name", ["gaussian", "heteroscedastic", "studentt", "categorical"])
+@pytest.mark.parametrize("name", ["gaussian", "heteroscedastic", "softplus", "studentt", "categorical"])
 def test_output_fisher_is_the_expected_hessian_of_the_nll(name):
     g = torch.Generator().manual_seed(1)
     lik = {"gaussian": GaussianLikelihood(learn_noise=True), "heteroscedastic": HeteroscedasticGaussianLikelihood(),
+           "softplus": HeteroscedasticGaussianLikelihood(variance="softplus"),
            "studentt": StudentTLikelihood(learn_scale=True, learn_dof=True), "categorical": CategoricalLikelihood()}[name]
     latents = {"gaussian": {"noise_precision": torch.tensor([4.0, 0.5], dtype=torch.float64)},
                "studentt": {k: v[0] for k, v in _studentt_latents(1).items()}}.get(name, {})
-    width = {"heteroscedastic": 4, "categorical": 3}.get(name, 2)
+    width = {"heteroscedastic": 4, "softplus": 4, "categorical": 3}.get(name, 2)
     f = torch.randn(3, width, generator=g, dtype=torch.float64)
     fisher = lik.output_fisher(f, latents)
     assert fisher.shape == (3, width, width)
@@ -129,8 +130,30 @@ def test_output_fisher_is_the_expected_hessian_of_the_nll(name):
 
 def test_heteroscedastic_fisher_is_zero_for_a_clamped_log_variance():
     f = torch.tensor([[0.0, 100.0]], dtype=torch.float64)  # log σ² beyond the clamp: no gradient, no curvature
-    fisher = HeteroscedasticGaussianLikelihood().output_fisher(f, {})
-    assert float(fisher[0, 1, 1]) == 0.0 and float(fisher[0, 0, 0]) > 0
+    for variance in ("log", "softplus"):
+        fisher = HeteroscedasticGaussianLikelihood(variance=variance).output_fisher(f, {})
+        assert float(fisher[0, 1, 1]) == 0.0 and float(fisher[0, 0, 0]) > 0
+
+
+def test_softplus_variance_link_is_the_deep_ensemble_papers():
+    """σ² = log(1 + e^v) + 10⁻⁶ (Lakshminarayanan et al. 2017, Section 2.2.1), capped at σ = 10 like the log link;
+    the density is the Gaussian's with that variance; reprs and saves of the default log link are unchanged."""
+    f, _, y = _inputs(heads=2)
+    lik = HeteroscedasticGaussianLikelihood(variance="softplus")
+    variance = torch.nn.functional.softplus(f[..., 2:]) + 1e-6
+    torch.testing.assert_close(lik.noise_variance(f, {}), variance)
+    loc, scale = (LOC + SCALE * f[..., :2]).numpy(), (SCALE * variance.sqrt()).numpy()
+    np.testing.assert_allclose(lik.log_prob(f, y, {}, target_loc=LOC, target_scale=SCALE).numpy(),
+                               st.norm.logpdf(y.numpy()[None], loc, scale).sum(-1), rtol=1e-10)
+    floor = lik.noise_variance(torch.tensor([[[0.0, -200.0]]], dtype=torch.float64), {})
+    assert float(floor) == pytest.approx(1e-6, rel=1e-9)  # the minimum variance: no clamp from below
+    cap = lik.noise_variance(torch.tensor([[[0.0, 1e4]]], dtype=torch.float64), {})
+    assert float(cap) == pytest.approx(100.0)
+    assert lik.options() == {"beta": 0.5, "variance": "softplus"} and HeteroscedasticGaussianLikelihood().options() == {
+        "beta": 0.5}
+    assert make_likelihood("heteroscedastic", **lik.options()).variance == "softplus"
+    with pytest.raises(ValueError, match="variance must be one of log, softplus"):
+        HeteroscedasticGaussianLikelihood(variance="exp")
 
 
 # ---------------------------------------------------------------- registry, options, β-NLL

@@ -256,6 +256,7 @@ def run_training_loop(
     progress: bool,
     on_epoch: Optional[Callable] = None,
     fused_adam: bool = False,
+    stop: Optional[Callable] = None,
 ) -> None:
     """Minibatches, particle averaging, KL annealing, Adam with the schedule, non-finite checks.
 
@@ -275,6 +276,8 @@ def run_training_loop(
             bar's postfix (e.g. per-layer sparsity).
         fused_adam: use PyTorch's single-kernel Adam (faster for a few large tensors).  Either Adam
             is stepped by :class:`~inference.optim.lean_adam.LeanAdam` (the same update, less overhead).
+        stop: ``stop(epoch) -> bool`` after each epoch (and ``on_epoch``); ``True`` ends the loop there (early
+            stopping on held-out rows, :mod:`inference.optim.early_stopping`).  The schedule is not changed.
     """
     steps_per_epoch = data.steps_per_epoch
     total_steps = config.epochs * steps_per_epoch
@@ -305,3 +308,5 @@ def run_training_loop(
         if on_epoch is not None:
             postfix.update(on_epoch(epoch))
         bar.set_postfix(**postfix)
+        if stop is not None and stop(epoch):
+            break
