@@ -54,6 +54,16 @@ def test_monitor_records_the_held_out_curve_and_stops_after_patience():
     expected = float(bnn.log_likelihood({n: (0 * v).unsqueeze(0) for n, v in values.items()}, x, y).mean())
     assert monitor.curve[2] == pytest.approx(expected)
     assert default_patience(40) == 10 and default_patience(625) == 63
+    assert monitor.errors[2] == pytest.approx(float(bnn.log_likelihood(
+        {n: (0 * v).unsqueeze(0) for n, v in values.items()}, x, y)[0].std()) / 30 ** 0.5)
+
+
+def test_one_standard_error_rule_takes_the_earliest_epoch_it_cannot_tell_from_the_best():
+    monitor = ValidationMonitor(None, None, None, patience=5)
+    monitor.curve, monitor.errors, monitor.best = [-3.0, -2.5, -2.31, -2.2, -2.25, -2.4], [0.1] * 6, 3
+    assert monitor.chosen("best") == 3 and monitor.chosen("one-se") == 2  # -2.31 >= -2.2 - 0.1 > -2.5
+    monitor.errors = [0.0] * 6
+    assert monitor.chosen("one-se") == 3
 
 
 def test_heteroscedastic_map_stops_before_it_memorises_its_residuals():

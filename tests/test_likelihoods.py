@@ -336,6 +336,7 @@ def test_studentt_map_recovers_dof_and_scale_within_their_standard_errors():
     (["--data", "moons", "--likelihood", "studentt"], "likelihood 'studentt' is for regression but the data are "
                                                       "classification; valid likelihoods for these data: categorical"),
     (["--data", "toy1d", "--beta", "0.5"], "--beta applies to --likelihood heteroscedastic only"),
+    (["--data", "toy1d", "--variance-link", "softplus"], "--variance-link applies to --likelihood heteroscedastic only"),
     (["--data", "toy1d", "--likelihood", "studentt", "--dof", "-2"], "dof must be positive"),
     (["--data", "toy1d", "--likelihood", "heteroscedastic", "--beta", "3"], "beta must be a number in [0, 1]"),
     (["--data", "toy1d", "--likelihood", "heteroscedastic", "--noise", "0.1"], "--noise does not apply"),
@@ -362,6 +363,10 @@ def test_run_spec_builds_heads_times_targets_outputs_and_a_deterministic_varianc
                    likelihood_options={"beta": 0.25})
     bnn = build_model(spec, data)
     assert (bnn.output_dim, bnn.target_dim, bnn.likelihood.beta) == (2, 1, 0.25)
+    from lab.cli import build_parser, spec_from_args
+    args = build_parser().parse_args(["fit", "--data", "toy1d", "--likelihood", "heteroscedastic", "--variance-link",
+                                      "softplus", "--beta", "0", "--out", "x"])
+    assert spec_from_args(args).likelihood_options == {"beta": 0.0, "variance": "softplus"}
     assert {s.name: tuple(s.shape) for s in bnn.sites} == {"out.weight": (4,), "out.bias": (1,)}
     student = build_model(RunSpec(data="toy1d", hidden=[4], likelihood="studentt", noise=0.3), data)
     assert student.likelihood.options()["scale"] == 0.3 and set(student.latent_priors()) == {"dof"}

@@ -18,7 +18,7 @@ def test_the_grid_runs_each_paper_protocol():
     yacht = {r.labels["method"]: r.spec for r in uci if r.labels["dataset"] == "yacht" and r.labels["split"] == 0}
     ensemble, dropout = yacht["deep ensembles"], yacht["mc-dropout (gal2016)"]
     assert ensemble.backend == "deep-ensemble" and ensemble.likelihood == "heteroscedastic"
-    assert ensemble.epochs is None and ensemble.backend_options == {}  # the backend's defaults are the paper's
+    assert ensemble.epochs is None and ensemble.backend_options == {"protocol": "lakshminarayanan2017"}  # by name
     info = load_uci("yacht").info
     assert dropout.backend_options == {"protocol": "gal2016", "dropout_grid": info["dropout_rates"],
                                        "tau_grid": info["tau_values"]}

@@ -69,8 +69,10 @@ class EnsembleBackend(Backend):
         if not uses_early_stopping(bnn, config, x):
             return fit_ensemble(bnn, x, y, config, seed, progress)
         epochs, record = choose_epochs(
-            lambda xk, yk, cfg, stop: fit_map(bnn, xk, yk, cfg, seed, progress, desc="ensemble (held-out epochs)",
-                                              stop=stop), bnn, x, y, config, seed)
+            lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
+                                         desc="ensemble (held-out epochs)", stop=stop),
+            bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
+                config.selection)
         posterior = fit_ensemble(bnn, x, y, replace(config, epochs=epochs, early_stopping=False), seed, progress)
         posterior.info["early_stopping"] = record
         return posterior

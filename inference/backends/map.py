@@ -53,8 +53,10 @@ class MAPBackend(Backend):
         extra = {}
         if uses_early_stopping(bnn, config, x):
             epochs, extra["early_stopping"] = choose_epochs(
-                lambda xk, yk, cfg, stop: fit_map(bnn, xk, yk, cfg, seed, progress, desc="map (held-out epochs)",
-                                                  stop=stop), bnn, x, y, config, seed)
+                lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
+                                             desc="map (held-out epochs)", stop=stop),
+                bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
+                config.selection)
             config = replace(config, epochs=epochs, early_stopping=False)
         try:
             fit = fit_map(bnn, x, y, config, seed, progress, desc=f"map ({bnn.num_random} random)")
