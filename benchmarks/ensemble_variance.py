@@ -3,12 +3,15 @@
 Each variant is a run of the run layer (:func:`lab.runs.execute`, the same fit and evaluation as
 ``python -m zoo fit``) with some spec fields or backend options changed; per split it records the metrics
 of the run (RMSE, test LL and 90 % coverage of the predictive mixture, the training LL, ``failed_fit``) and
-two more read from the same prediction:
+more read from the same prediction:
 
 * the paper's Gaussian: test LL and 90 % coverage of N(μ*, σ*²) with the mixture's mean and variance,
   μ* = (1/M) Σ μ_m, σ*² = (1/M) Σ (σ_m² + μ_m²) − μ*² (Lakshminarayanan et al. 2017, Section 2.4), in place of the
   mixture's own density and quantiles;
-* the members: their mean 90 % coverage (each member's own Gaussian), against the mixture's.
+* the members: their mean 90 % coverage (each member's own Gaussian), against the mixture's;
+* the two parts of the predictive sd, averaged over the test points (original units): ``noise_sd``, the members'
+  root mean variance ((1/M) Σ σ_m²)^½, and ``spread_sd``, the sd of the member means; ``at_floor``, the share of
+  the members' σ_m(x) at the variance head's floor (σ = 10⁻³ standardised units).
 
 It prints one line per variant: means over the splits (and the number of runs flagged ``failed_fit``)::
 
@@ -66,7 +69,8 @@ def gaussian_moment_metrics(mixture, y: torch.Tensor) -> dict:
     y = y.double().reshape(mean.shape)
     log_density = torch.distributions.Normal(mean, sd).log_prob(y).sum(-1)
     inside = ((y - mean).abs() <= _Z90 * sd).double().mean()
-    return {"gauss_test_ll": float(log_density.mean()), "gauss_coverage_90": float(inside)}
+    return {"gauss_test_ll": float(log_density.mean()), "gauss_coverage_90": float(inside),
+            "noise_sd": float((scale ** 2).mean(0).sqrt().mean()), "spread_sd": float(loc.std(0, unbiased=False).mean())}
 
 
 def run_variant(data: str, backend: str, split: int, fields: dict, options: dict, likelihood_options: dict,
@@ -82,7 +86,10 @@ def run_variant(data: str, backend: str, split: int, fields: dict, options: dict
     row = {k: metrics.get(k) for k in ("rmse", "test_ll", "coverage_90", "train_ll", "failed_fit")}
     row["seconds"] = time.perf_counter() - started
     if result.prediction.mixture is not None:
-        row.update(gaussian_moment_metrics(result.prediction.mixture, result.data.y_test_original()))
+        mixture = result.prediction.mixture
+        row.update(gaussian_moment_metrics(mixture, result.data.y_test_original()))
+        floor = 1.01e-3 * result.data.y_scale.reshape(-1).to(mixture.scale)  # σ ≥ 10⁻³ standardised units
+        row["at_floor"] = float((mixture.scale.expand_as(mixture.loc) <= floor).double().mean())
     chosen = result.posterior.info.get("early_stopping")
     row["chosen_epochs"] = chosen["epochs"] if chosen else result.posterior.info.get("config", {}).get("epochs")
     members = metrics.get("members")
@@ -108,7 +115,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     keys = ("rmse", "test_ll", "coverage_90", "gauss_test_ll", "gauss_coverage_90", "member_coverage_90",
-            "train_ll", "chosen_epochs", "seconds")
+            "noise_sd", "spread_sd", "at_floor", "train_ll", "chosen_epochs", "seconds")
     print(f"{args.data} {args.backend} splits {args.splits}: means over splits")
     print("variant | " + " | ".join(keys) + " | failed_fit")
     for text in args.variant or ["default"]:
