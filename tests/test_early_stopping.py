@@ -137,3 +137,14 @@ def test_fits_that_choose_their_epochs_do_not_join_a_stacked_batch():
     assert batch_blocker(bnn, "map", parse_config(get_backend("map"), {"early_stopping": False})) is None
     assert batch_blocker(_bnn(GaussianLikelihood(learn_noise=True)), "ensemble",
                          parse_config(get_backend("ensemble"), {})) is None
+
+
+def test_a_fit_that_chose_its_epochs_saves_and_reloads_exactly(tmp_path):
+    from inference import load_posterior
+
+    x, y = _data(40, 6)
+    posterior = fit(_bnn(), x, y, backend="map", seed=0, epochs=30, batch_size=16, progress=False)
+    posterior.save(tmp_path / "p")
+    loaded = load_posterior(tmp_path / "p")
+    assert loaded.info["early_stopping"]["epochs"] == posterior.info["early_stopping"]["epochs"]
+    assert torch.equal(loaded.predict(x, seed=1).f, posterior.predict(x, seed=1).f)

@@ -25,9 +25,10 @@ regularise mean-variance networks by held-out data):
    epochs it cannot tell apart the earliest has the least memorised variance head: on concrete (splits 0–2, `map`)
    the rule gives test LL −3.14 and 90 % coverage 0.81 against −3.22 and 0.76 for the maximum.
 
-Where held-out rows favour long training (a few thousand rows and more), E* is close to E and the refit is the
-fit it replaces.  :func:`choose_epochs` is steps 1–3 up to the refit, for the ``map`` and ``ensemble`` backends
-(the ensemble's members refit with the E* of one MAP fit, its member 0, so that member 0 stays the ``map`` fit).
+Where held-out rows favour long training, E* is close to E and the refit is the fit it replaces.
+:func:`choose_epochs` is steps 1–3 up to the refit, for the ``map``, ``ensemble`` and ``deep-ensemble`` backends
+(an ensemble's members refit with the E* of its member 0 alone, so that the ``ensemble``'s member 0 stays the
+``map`` fit).
 """
 from __future__ import annotations
 
