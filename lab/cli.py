@@ -150,6 +150,9 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
                              "NLL; Seitzer et al. 2022)")
     parser.add_argument("--dof", help="studentt: degrees of freedom, 'learned' (Gamma(2, 0.1) prior; default) or a "
                                       "fixed number")
+    parser.add_argument("--variance-link", choices=("log", "softplus"),
+                        help="heteroscedastic: the variance head's link, log (log-variance; default) or softplus "
+                             "(softplus + 1e-6, Lakshminarayanan et al. 2017)")
     parser.add_argument("--chains", type=_positive_int, help="MCMC chains")
     parser.add_argument("--warmup", type=_non_negative_int, help="MCMC warm-up / burn-in steps")
     parser.add_argument("--thin", type=_positive_int, help="keep every k-th draw")
@@ -210,13 +213,16 @@ def spec_from_args(args) -> RunSpec:
 
 
 def _likelihood_options(args) -> dict:
-    """``likelihood_options`` of ``--beta`` / ``--dof``, each checked to apply to ``--likelihood``."""
-    flags = {"--beta": ("heteroscedastic", args.beta), "--dof": ("studentt", args.dof)}
+    """``likelihood_options`` of ``--beta`` / ``--variance-link`` / ``--dof``, each checked to apply to
+    ``--likelihood``."""
+    flags = {"--beta": ("heteroscedastic", args.beta), "--variance-link": ("heteroscedastic", args.variance_link),
+             "--dof": ("studentt", args.dof)}
     for flag, (owner, value) in flags.items():
         if value is not None and args.likelihood != owner:
             raise ValueError(f"{flag} applies to --likelihood {owner} only (got --likelihood {args.likelihood or 'gaussian'})")
-    if args.beta is not None:
-        return {"beta": args.beta}
+    if args.beta is not None or args.variance_link is not None:
+        return {**({"beta": args.beta} if args.beta is not None else {}),
+                **({"variance": args.variance_link} if args.variance_link is not None else {})}
     if args.dof is not None and args.dof != "learned":
         return {"dof": _float_arg("--dof", args.dof), "learn_dof": False}
     return {}

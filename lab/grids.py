@@ -13,13 +13,16 @@ Experiments (papers in ``docs/references.md``; published numbers in ``../shared/
   beside SVI, Radial and SGLD on the UCI protocol, and on digits with LeNet-300-100;
 * ``paper-protocols`` — deep ensembles and MC dropout each under its own paper's protocol (issue 25) beside the
   published numbers with their ±, and the digits rows (MAP, Laplace);
+* ``heteroscedastic-defaults`` — ``ensemble``, ``map`` and ``deep-ensemble`` with the heteroscedastic likelihood and
+  their defaults on the UCI splits, beside the deep-ensemble paper's numbers (issue 39);
 * ``structured-stochasticity`` — Rochussen 2024 (structured fixed-weight patterns vs vanilla MFVI);
 * ``sparse-vd-lenet`` — the variational-MLP dissertation's Table 4.3 on digits (pruning of variational LeNet-300-100; Molchanov et al. 2017);
 * ``radial-mc`` — Nazarovs et al. 2021 (Radial BNN with M MC-KL samples, confidence-set accuracy);
 * ``smoke`` (hidden) — a seconds-long grid for tests; ``smoke-24`` (hidden) — the same on 8 seeds
   (``benchmarks/kill_resume.py``).
 
-The grids of the UCI protocol (``uci-benchmark``, ``uci-nuts``, ``bdl-baselines``, ``paper-protocols``) are
+The grids of the UCI protocol (``uci-benchmark``, ``uci-nuts``, ``bdl-baselines``, ``paper-protocols``,
+``heteroscedastic-defaults``) are
 built in :mod:`lab.uci_grids`.
 """
 from __future__ import annotations
@@ -30,7 +33,8 @@ from inference.variational.pruning import PRUNE_MODES
 from lab.run_spec import RunSpec
 
 from .grid_runs import Experiment, GridRun, available_backends, run_key
-from .uci_grids import bdl_grid, paper_protocols_grid, paper_published, uci_grid, uci_nuts_grid, uci_published
+from .uci_grids import (bdl_grid, heteroscedastic_defaults_grid, heteroscedastic_published, paper_protocols_grid,
+                        paper_published, uci_grid, uci_nuts_grid, uci_published)
 
 __all__ = ["EXPERIMENTS"]
 
@@ -199,6 +203,10 @@ EXPERIMENTS: dict[str, Experiment] = {
                    "digits", paper_protocols_grid, ("dataset", "method"),
                    ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "fit_seconds"),
                    published=paper_published),
+        Experiment("heteroscedastic-defaults", "ensemble, map and deep-ensemble with the heteroscedastic likelihood "
+                   "and their defaults on the UCI splits, beside the deep-ensemble paper (issue 39)",
+                   heteroscedastic_defaults_grid, ("dataset", "method"),
+                   ("rmse", "test_ll", "coverage_90", "fit_seconds"), published=heteroscedastic_published),
         Experiment("structured-stochasticity", "Rochussen 2024: structured fixed-weight patterns vs vanilla MFVI",
                    _structured, ("init_sd", "variant"), ("rmse_std", "test_ll", "coverage_90", "num_random", "fit_seconds")),
         Experiment("sparse-vd-lenet", "Molchanov et al. 2017 sparse VD (dissertation Table 4.3) on digits: pruning variational LeNet-300-100", _sparse_vd,

@@ -19,7 +19,20 @@ from .grid_runs import CONFIDENCE_THRESHOLDS, Experiment
 from .grid_worker import is_finished, metrics_path
 from .store import write_bytes_file, write_text_file
 
-__all__ = ["collect", "write_tables", "summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES"]
+__all__ = ["collect", "write_tables", "summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES",
+           "COVERAGE_90_BAND", "coverage_note"]
+
+#: the band a 90 % central interval's coverage is expected in over a test set of UCI size; outside it a table marks
+#: the cell "(wide)" or "(narrow)", so an over- or under-dispersed predictive shows beside a good test LL
+COVERAGE_90_BAND = (0.85, 0.95)
+
+
+def coverage_note(mean) -> str:
+    """``" (wide)"`` above :data:`COVERAGE_90_BAND`, ``" (narrow)"`` below it, ``""`` inside (or for no number)."""
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return ""
+    low, high = COVERAGE_90_BAND
+    return " (wide)" if mean > high else " (narrow)" if mean < low else ""
 
 
 def collect(runs, root):
@@ -97,12 +110,15 @@ def summary_markdown(experiment: Experiment, summary, failures: dict, flagged=()
     rows = []
     for _, row in summary.iterrows():
         cells = [str(row[g]) for g in group] + [str(int(row["n"]))]
-        cells += [_cell(row[f"{m}_mean"], row[f"{m}_se"]) for m in metrics] + [str(int(row.get("failed_fit", 0)))]
+        cells += [_cell(row[f"{m}_mean"], row[f"{m}_se"]) + (coverage_note(row[f"{m}_mean"]) if m == "coverage_90" else "")
+                  for m in metrics] + [str(int(row.get("failed_fit", 0)))]
         published = experiment.published(row.to_dict()) if experiment.published else {}
         rows.append(cells + list(published.values()))
     extra = list(experiment.published(summary.iloc[0].to_dict())) if experiment.published and len(summary) else []
     header = group + ["n"] + metrics + ["failed_fit"] + extra
-    lines = [f"**{experiment.name}** — {experiment.description}. Mean ± standard error over splits/seeds.", "",
+    band = (f" coverage_90 outside [{COVERAGE_90_BAND[0]}, {COVERAGE_90_BAND[1]}] is marked (wide) or (narrow)."
+            if "coverage_90" in metrics else "")
+    lines = [f"**{experiment.name}** — {experiment.description}. Mean ± standard error over splits/seeds.{band}", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     if failures:
@@ -154,7 +170,7 @@ def _figure_euler(summary, plt):
     _bars(axes[0], summary, "variant", "formulation", "rmse_circular", "test RMSE (circular), degrees")
     _bars(axes[1], summary, "variant", "formulation", "rmse_plain", "test RMSE (plain, as Bagga et al. 2025), degrees")
     _bars(axes[2], summary, "variant", "formulation", "coverage_90", "90% interval coverage")
-    axes[2].axhspan(0.85, 0.95, color="green", alpha=0.1)
+    axes[2].axhspan(*COVERAGE_90_BAND, color="green", alpha=0.1)
     return fig
 
 
@@ -173,18 +189,28 @@ def _figure_uci(summary, plt):
 
 
 def _figure_bdl(summary, plt):
-    """Test log-likelihood per UCI dataset (one bar per method) and digits accuracy."""
+    """Per UCI dataset (one bar per method) the test log-likelihood (top) and the 90 % interval's coverage with
+    :data:`COVERAGE_90_BAND` shaded (bottom), and digits accuracy."""
     regression = summary[summary["dataset"] != "digits"] if "test_ll_mean" in summary else summary.iloc[:0]
     datasets = list(dict.fromkeys(regression["dataset"]))
     digits = summary[summary["dataset"] == "digits"]
     panels = len(datasets) + (1 if len(digits) and "accuracy_mean" in digits else 0)
-    fig, axes = plt.subplots(1, max(panels, 1), figsize=(3.6 * max(panels, 1), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], datasets):
-        _bars(ax, regression[regression["dataset"] == name], "method", None, "test_ll", "test log-likelihood")
-        ax.set_title(name, fontsize=9)
+    coverage = "coverage_90_mean" in regression and len(datasets) > 0
+    rows = 2 if coverage else 1
+    fig, axes = plt.subplots(rows, max(panels, 1), figsize=(3.6 * max(panels, 1), 3.8 * rows), squeeze=False)
+    for column, name in enumerate(datasets):
+        part = regression[regression["dataset"] == name]
+        _bars(axes[0][column], part, "method", None, "test_ll", "test log-likelihood")
+        axes[0][column].set_title(name, fontsize=9)
+        if coverage:
+            _bars(axes[1][column], part, "method", None, "coverage_90", "90% interval coverage")
+            axes[1][column].axhspan(*COVERAGE_90_BAND, color="green", alpha=0.1)
+            axes[1][column].set_ylim(0, 1.02)
     if panels > len(datasets):
         _bars(axes[0][-1], digits, "method", None, "accuracy", "test accuracy")
         axes[0][-1].set_title("digits (LeNet-300-100)", fontsize=9)
+        if coverage:
+            axes[1][-1].axis("off")
     return fig
 
 
@@ -227,7 +253,7 @@ def _figure_radial(summary, plt):
 
 
 FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci, "uci-nuts": _figure_uci,
-           "bdl-baselines": _figure_bdl,
+           "bdl-baselines": _figure_bdl, "paper-protocols": _figure_bdl, "heteroscedastic-defaults": _figure_bdl,
            "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
            "radial-mc": _figure_radial}
 """Figure makers ``(summary, pyplot) -> Figure`` per experiment."""

@@ -15,9 +15,10 @@ from zoo.data import BUNDLED_UCI, load_uci
 from .grid_runs import GridRun, available_backends, run_key
 
 __all__ = ["uci_grid", "uci_nuts_grid", "bdl_grid", "paper_protocols_grid", "uci_published", "paper_published",
+           "heteroscedastic_defaults_grid", "heteroscedastic_published", "HETEROSCEDASTIC_DEFAULTS",
            "uci_cells", "uci_run", "uci_names", "bdl_options", "UCI_BACKENDS", "UCI_NUTS",
            "UCI_LIKELIHOODS", "UCI_STEPS", "UCI_BATCH", "PUBLISHED_UCI", "BDL_METHODS", "BDL_SWAG_EPOCHS",
-           "BDL_DIGITS_EPOCHS", "PAPER_PUBLISHED", "PAPER_DIGITS"]
+           "BDL_DIGITS_EPOCHS", "PAPER_PUBLISHED", "PAPER_DIGITS", "DEEP_ENSEMBLE_PAPER"]
 
 
 def uci_names(data_root) -> list:
@@ -171,16 +172,22 @@ PAPER_PUBLISHED = {
 #: the two papers' methods; mc-dropout searches the rate on held-out rows with the noise-free categorical likelihood
 PAPER_DIGITS = {
     "map": ("map", "all", {"epochs": BDL_DIGITS_EPOCHS, "batch_size": UCI_BATCH}),
-    "deep ensembles": ("deep-ensemble", "all", {}),
+    "deep ensembles": ("deep-ensemble", "all", {"backend_options": {"protocol": "lakshminarayanan2017"}}),
     "mc-dropout (gal2016)": ("mc-dropout", "all", {"epochs": BDL_DIGITS_EPOCHS, "backend_options": {"protocol": "gal2016"}}),
     "laplace (last)": ("laplace", "last", {}),
     "laplace (all, kfac)": ("laplace", "all", {"backend_options": {"hessian": "kfac"}}),
 }
 
 
+#: paper-protocols' deep-ensemble options: the paper's budget (40 epochs) at every data size; its other defaults
+#: (mean-variance members, adversarial training for classification only, as the paper's experiments) are the
+#: backend's own
+DEEP_ENSEMBLE_PAPER = {"protocol": "lakshminarayanan2017"}
+
+
 def paper_protocols_grid(fast: bool, data_root) -> list:
-    """Each method under its own paper's protocol: deep ensembles (Lakshminarayanan et al. 2017: the backend's
-    defaults, mean-variance members) and MC dropout (Gal & Ghahramani 2016: ``protocol=gal2016`` over the grids
+    """Each method under its own paper's protocol: deep ensembles (Lakshminarayanan et al. 2017:
+    ``protocol=lakshminarayanan2017``, mean-variance members) and MC dropout (Gal & Ghahramani 2016: ``protocol=gal2016`` over the grids
     shipped with each UCI set, 10 000 MC draws) on the UCI splits, and :data:`PAPER_DIGITS` on digits."""
     runs = []
     ensembles = bool(available_backends(["deep-ensemble"]))
@@ -190,7 +197,7 @@ def paper_protocols_grid(fast: bool, data_root) -> list:
         labels = {"dataset": name, "split": split}
         if ensembles:
             spec = RunSpec(data=data, model="mlp", hidden=hidden, stochastic="all", backend="deep-ensemble",
-                           split=split, likelihood="heteroscedastic")
+                           split=split, likelihood="heteroscedastic", backend_options=dict(DEEP_ENSEMBLE_PAPER))
             runs.append(GridRun(run_key(name, "deep-ensemble", split), spec, {**labels, "method": "deep ensembles"}))
         grids = {"protocol": "gal2016", "dropout_grid": info.get("dropout_rates"), "tau_grid": info.get("tau_values")}
         spec = RunSpec(data=data, model="mlp", hidden=hidden, stochastic="all", backend="mc-dropout", split=split,
@@ -219,3 +226,29 @@ def paper_published(row: dict) -> dict:
     verdict = "–" if ours != ours else ("yes" if ours >= ll - ll_pm else f"no ({ours - (ll - ll_pm):+.2f} below)")
     return {"published LL": f"{ll:.2f} ± {ll_pm:.2f}", "published RMSE": f"{rmse:.2f} ± {rmse_pm:.2f}",
             "reproduces (LL ≥ published − ±)": verdict}
+
+
+#: heteroscedastic-defaults (issue 39): backends fitted with the heteroscedastic likelihood and nothing else set
+HETEROSCEDASTIC_DEFAULTS = ("ensemble", "map", "deep-ensemble")
+
+
+def heteroscedastic_defaults_grid(fast: bool, data_root) -> list:
+    """``ensemble``, ``map`` and ``deep-ensemble`` with the heteroscedastic likelihood and every other option at its
+    default (what
+    ``python -m zoo fit --data uci:NAME --stochastic all --backend B --likelihood heteroscedastic --split K`` fits)
+    on the UCI splits: the check that their defaults neither collapse the variance on small sets nor widen it."""
+    backends = available_backends(list(HETEROSCEDASTIC_DEFAULTS))
+    runs = []
+    for split, data, name, _ in uci_cells(fast, data_root):
+        for backend in backends:
+            spec = RunSpec(data=data, model="mlp", stochastic="all", backend=backend, split=split,
+                           likelihood="heteroscedastic")
+            runs.append(GridRun(run_key(name, backend, "heteroscedastic-defaults", split), spec,
+                                {"dataset": name, "method": backend, "split": split}))
+    return runs
+
+
+def heteroscedastic_published(row: dict) -> dict:
+    """The deep-ensemble paper's 20-split test LL (± as printed) beside every method, and whether the mean LL is at
+    or above it minus its ± (Lakshminarayanan et al. 2017, Table 1)."""
+    return paper_published({**row, "method": "deep ensembles"})

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from inference.fitting import fit
-from inference.backends.deep_ensemble import DeepEnsembleConfig
+from inference.backends.deep_ensemble import DeepEnsembleConfig, chooses_epochs, max_epochs
 from inference.ensembles.deep import fgsm_epsilon, fgsm_inputs
 from lab.run_spec import RunSpec, make_run_likelihood, resolve_backend_options
 from zoo.architectures import build_architecture
@@ -61,11 +61,13 @@ def test_fgsm_moves_every_input_by_its_epsilon_against_the_loss():
     moved = fgsm_inputs(x[:5], gradient, epsilon)
     assert torch.allclose((moved - x[:5]).abs(), epsilon.expand(5, 3))
     assert torch.equal(torch.sign(moved - x[:5]), torch.sign(gradient))
-    posterior = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, **OPTIONS)
-    assert posterior.info["epsilon"] == pytest.approx(epsilon.tolist())
-    plain = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, adversarial=False, **OPTIONS)
-    assert plain.info["epsilon"] is None
+    posterior = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, adversarial=True, **OPTIONS)
+    assert posterior.info["epsilon"] == pytest.approx(epsilon.tolist()) and posterior.info["config"]["adversarial"]
+    plain = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, **OPTIONS)  # regression: the paper's ML-5, no FGSM
+    assert plain.info["epsilon"] is None and plain.info["config"]["adversarial"] is False
     assert not torch.allclose(plain.draws["out.weight"], posterior.draws["out.weight"])
+    forced = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, adversarial=False, **OPTIONS)
+    assert torch.equal(forced.draws["out.weight"], plain.draws["out.weight"])
 
 
 def test_vectorised_members_equal_one_forward_per_member():
@@ -92,6 +94,7 @@ def test_classification_and_shared_deterministic_layers():
     x = torch.randn(40, 3, generator=g)
     labels = (x[:, 0] > 0).long()
     posterior = fit(_bnn(likelihood=CategoricalLikelihood()), x, labels, backend="deep-ensemble", seed=0, **OPTIONS)
+    assert posterior.info["config"]["adversarial"] and posterior.info["epsilon"] is not None  # as the paper's Figure 2
     probs = posterior.predict(x, y=labels).mean
     assert probs.shape == (40, 2) and float((probs.argmax(-1) == labels).float().mean()) > 0.7
     x, y = _data()
@@ -109,7 +112,37 @@ def test_the_run_layer_gives_mean_variance_members_and_the_paper_budget():
     assert isinstance(make_run_likelihood(RunSpec(data="uci:yacht", backend="ensemble"), "regression"),
                       GaussianLikelihood)
     options = resolve_backend_options(spec, load_dataset("uci:yacht", split=0))
-    assert "epochs" not in options and DeepEnsembleConfig().epochs == 40 and DeepEnsembleConfig().batch_size == 100
+    assert "epochs" not in options and DeepEnsembleConfig().epochs is None and DeepEnsembleConfig().batch_size == 100
+
+
+@pytest.mark.parametrize("num_data, options, epochs, chosen", [
+    (200, {}, 1000, True),  # 2 steps per epoch: held-out choice up to 2000 steps
+    (455, {}, 400, True),  # boston: 5 steps per epoch
+    (7373, {}, 40, True),  # 74 steps per epoch: the paper's 40 epochs are more than 2000 steps
+    (200, {"protocol": "lakshminarayanan2017"}, 40, False),
+    (200, {"early_stopping": False}, 40, False),
+    (200, {"max_steps": 0}, 40, True),
+    (200, {"epochs": 7}, 7, False),
+    (200, {"epochs": 7, "early_stopping": True}, 7, True),
+    (200, {"batch_size": None}, 2000, True),  # full batch: one step per epoch
+])
+def test_epochs_are_chosen_on_held_out_rows_up_to_the_papers_or_max_steps(num_data, options, epochs, chosen):
+    config = DeepEnsembleConfig(**options)
+    assert max_epochs(config, num_data) == epochs and chooses_epochs(config) == chosen
+
+
+def test_the_paper_protocol_by_name_trains_its_40_epochs_and_the_default_chooses():
+    x, y = _data(48)  # 1 step per epoch of batch 100
+    paper = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, num_members=2, protocol="lakshminarayanan2017",
+                progress=False)
+    assert paper.info["config"]["epochs"] == 40 and len(paper.info["history"]["loss"]) == 40
+    assert "early_stopping" not in paper.info
+    chosen = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, num_members=2, max_steps=60, progress=False)
+    record = chosen.info["early_stopping"]
+    assert record["max_epochs"] == 60 and record["num_validation"] == 10 and 1 <= record["epochs"] <= 60
+    assert chosen.info["config"]["epochs"] == record["epochs"] == len(chosen.info["history"]["loss"])
+    exact = fit(_bnn(), x, y, backend="deep-ensemble", seed=0, num_members=2, epochs=record["epochs"], progress=False)
+    assert all(torch.equal(exact.draws[n], chosen.draws[n]) for n in exact.draws)  # the refit is a plain fit
 
 
 @pytest.mark.parametrize("options, message", [
@@ -119,6 +152,10 @@ def test_the_run_layer_gives_mean_variance_members_and_the_paper_budget():
     ({"epsilon": -0.01}, "epsilon"),
     ({"batch_size": 0}, "batch_size"),
     ({"adversarial": "yes"}, "adversarial"),
+    ({"max_steps": -1}, "max_steps"),
+    ({"protocol": "paper"}, "lakshminarayanan2017"),
+    ({"protocol": "lakshminarayanan2017", "early_stopping": True}, "chooses nothing"),
+    ({"validation_fraction": 1.5}, "validation_fraction"),
     ({"lr_schedule": "cosine"}, "unknown option"),
 ])
 def test_bad_options(options, message):

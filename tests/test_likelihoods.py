@@ -105,14 +105,15 @@ def _expected_hessian(lik, f, latents, num_y=40000, seed=0):
     return torch.stack([m for m, _ in per_point]), torch.stack([s for _, s in per_point])
 
 
-@pytest.mark.parametrize("name", ["gaussian", "heteroscedastic", "studentt", "categorical"])
+@pytest.mark.parametrize("name", ["gaussian", "heteroscedastic", "softplus", "studentt", "categorical"])
 def test_output_fisher_is_the_expected_hessian_of_the_nll(name):
     g = torch.Generator().manual_seed(1)
     lik = {"gaussian": GaussianLikelihood(learn_noise=True), "heteroscedastic": HeteroscedasticGaussianLikelihood(),
+           "softplus": HeteroscedasticGaussianLikelihood(variance="softplus"),
            "studentt": StudentTLikelihood(learn_scale=True, learn_dof=True), "categorical": CategoricalLikelihood()}[name]
     latents = {"gaussian": {"noise_precision": torch.tensor([4.0, 0.5], dtype=torch.float64)},
                "studentt": {k: v[0] for k, v in _studentt_latents(1).items()}}.get(name, {})
-    width = {"heteroscedastic": 4, "categorical": 3}.get(name, 2)
+    width = {"heteroscedastic": 4, "softplus": 4, "categorical": 3}.get(name, 2)
     f = torch.randn(3, width, generator=g, dtype=torch.float64)
     fisher = lik.output_fisher(f, latents)
     assert fisher.shape == (3, width, width)
@@ -129,8 +130,30 @@ def test_output_fisher_is_the_expected_hessian_of_the_nll(name):
 
 def test_heteroscedastic_fisher_is_zero_for_a_clamped_log_variance():
     f = torch.tensor([[0.0, 100.0]], dtype=torch.float64)  # log σ² beyond the clamp: no gradient, no curvature
-    fisher = HeteroscedasticGaussianLikelihood().output_fisher(f, {})
-    assert float(fisher[0, 1, 1]) == 0.0 and float(fisher[0, 0, 0]) > 0
+    for variance in ("log", "softplus"):
+        fisher = HeteroscedasticGaussianLikelihood(variance=variance).output_fisher(f, {})
+        assert float(fisher[0, 1, 1]) == 0.0 and float(fisher[0, 0, 0]) > 0
+
+
+def test_softplus_variance_link_is_the_deep_ensemble_papers():
+    """σ² = log(1 + e^v) + 10⁻⁶ (Lakshminarayanan et al. 2017, Section 2.2.1), capped at σ = 10 like the log link;
+    the density is the Gaussian's with that variance; reprs and saves of the default log link are unchanged."""
+    f, _, y = _inputs(heads=2)
+    lik = HeteroscedasticGaussianLikelihood(variance="softplus")
+    variance = torch.nn.functional.softplus(f[..., 2:]) + 1e-6
+    torch.testing.assert_close(lik.noise_variance(f, {}), variance)
+    loc, scale = (LOC + SCALE * f[..., :2]).numpy(), (SCALE * variance.sqrt()).numpy()
+    np.testing.assert_allclose(lik.log_prob(f, y, {}, target_loc=LOC, target_scale=SCALE).numpy(),
+                               st.norm.logpdf(y.numpy()[None], loc, scale).sum(-1), rtol=1e-10)
+    floor = lik.noise_variance(torch.tensor([[[0.0, -200.0]]], dtype=torch.float64), {})
+    assert float(floor) == pytest.approx(1e-6, rel=1e-9)  # the minimum variance: no clamp from below
+    cap = lik.noise_variance(torch.tensor([[[0.0, 1e4]]], dtype=torch.float64), {})
+    assert float(cap) == pytest.approx(100.0)
+    assert lik.options() == {"beta": 0.5, "variance": "softplus"} and HeteroscedasticGaussianLikelihood().options() == {
+        "beta": 0.5}
+    assert make_likelihood("heteroscedastic", **lik.options()).variance == "softplus"
+    with pytest.raises(ValueError, match="variance must be one of log, softplus"):
+        HeteroscedasticGaussianLikelihood(variance="exp")
 
 
 # ---------------------------------------------------------------- registry, options, β-NLL
@@ -276,7 +299,8 @@ def test_heteroscedastic_map_recovers_a_noise_sd_that_grows_with_x():
     torch.manual_seed(0)
     bnn = BayesianNetwork(MLP(1, 2, hidden=(32,)), "all", likelihood=HeteroscedasticGaussianLikelihood(beta=0.0),
                           example_input=x)
-    posterior = fit(bnn, x, y, backend="map", seed=0, progress=False, epochs=600, batch_size=None, lr=0.03)
+    posterior = fit(bnn, x, y, backend="map", seed=0, progress=False, epochs=600, batch_size=None, lr=0.03,
+                    early_stopping=False)  # the likelihood under test, trained for the epochs given
     grid = torch.linspace(-0.9, 0.9, 10).unsqueeze(1)
     fitted = posterior.predict(grid).noise_var.mean(0).sqrt()
     assert float((fitted / true_sd(grid) - 1).abs().max()) < 0.15
@@ -313,6 +337,7 @@ def test_studentt_map_recovers_dof_and_scale_within_their_standard_errors():
     (["--data", "moons", "--likelihood", "studentt"], "likelihood 'studentt' is for regression but the data are "
                                                       "classification; valid likelihoods for these data: categorical"),
     (["--data", "toy1d", "--beta", "0.5"], "--beta applies to --likelihood heteroscedastic only"),
+    (["--data", "toy1d", "--variance-link", "softplus"], "--variance-link applies to --likelihood heteroscedastic only"),
     (["--data", "toy1d", "--likelihood", "studentt", "--dof", "-2"], "dof must be positive"),
     (["--data", "toy1d", "--likelihood", "heteroscedastic", "--beta", "3"], "beta must be a number in [0, 1]"),
     (["--data", "toy1d", "--likelihood", "heteroscedastic", "--noise", "0.1"], "--noise does not apply"),
@@ -339,6 +364,10 @@ def test_run_spec_builds_heads_times_targets_outputs_and_a_deterministic_varianc
                    likelihood_options={"beta": 0.25})
     bnn = build_model(spec, data)
     assert (bnn.output_dim, bnn.target_dim, bnn.likelihood.beta) == (2, 1, 0.25)
+    from lab.cli import build_parser, spec_from_args
+    args = build_parser().parse_args(["fit", "--data", "toy1d", "--likelihood", "heteroscedastic", "--variance-link",
+                                      "softplus", "--beta", "0", "--out", "x"])
+    assert spec_from_args(args).likelihood_options == {"beta": 0.0, "variance": "softplus"}
     assert {s.name: tuple(s.shape) for s in bnn.sites} == {"out.weight": (4,), "out.bias": (1,)}
     student = build_model(RunSpec(data="toy1d", hidden=[4], likelihood="studentt", noise=0.3), data)
     assert student.likelihood.options()["scale"] == 0.3 and set(student.latent_priors()) == {"dof"}

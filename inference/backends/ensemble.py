@@ -25,12 +25,19 @@ one with ``workers`` CPUs).  With the heteroscedastic likelihood
 :meth:`~zoo.likelihoods.Likelihood.training_log_prob` (``beta=0``: the negative log-likelihood, the
 default ``beta=0.5`` the β-NLL of Seitzer et al. 2022); with a Gaussian likelihood the noise is
 homoscedastic, learned per member.
+
+With a likelihood that has a variance head (the heteroscedastic Gaussian) the members' number of epochs is
+chosen on held-out rows by member 0's MAP fit (the ``map`` backend's choice for the same seed, so member 0
+stays the ``map`` fit), and every member is then fitted on all rows for that many epochs (``early_stopping``,
+:mod:`inference.optim.early_stopping`; ``info["early_stopping"]``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
+from inference.optim.map import fit_map
 from inference.posterior import SamplePosterior
 from inference.backends.base import Backend
 
@@ -38,12 +45,17 @@ __all__ = ["EnsembleConfig", "EnsembleBackend"]
 
 
 @dataclass
-class EnsembleConfig(EnsembleOptions):
+class EnsembleConfig(EnsembleOptions, EarlyStoppingOptions):
     """The MAP optimiser's options plus ``num_members`` K (default 5, as in Lakshminarayanan et al.
     2017), ``workers``, the local processes fitting members in parallel (1: one after another in this
     process), ``executor``: ``"local"`` or ``"ray"`` (members as Ray tasks), and ``vectorise``: train
     the members as one stacked program where the model allows it
-    (:class:`~inference.ensembles.map_members.EnsembleOptions`)."""
+    (:class:`~inference.ensembles.map_members.EnsembleOptions`), and the held-out choice of the epochs
+    (:class:`~inference.optim.early_stopping.EarlyStoppingOptions`)."""
+
+    def validate(self):
+        super().validate()
+        self.check_early_stopping()
 
 
 class EnsembleBackend(Backend):
@@ -54,4 +66,13 @@ class EnsembleBackend(Backend):
     accepts_loader = True
 
     def run(self, bnn, x, y, config: EnsembleConfig, seed: int, progress: bool) -> SamplePosterior:
-        return fit_ensemble(bnn, x, y, config, seed, progress)
+        if not uses_early_stopping(bnn, config, x):
+            return fit_ensemble(bnn, x, y, config, seed, progress)
+        epochs, record = choose_epochs(
+            lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
+                                         desc="ensemble (held-out epochs)", stop=stop),
+            bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
+                config.selection)
+        posterior = fit_ensemble(bnn, x, y, replace(config, epochs=epochs, early_stopping=False), seed, progress)
+        posterior.info["early_stopping"] = record
+        return posterior

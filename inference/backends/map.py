@@ -4,6 +4,11 @@ MAP training of the random sites and the likelihood latents (the prior as weight
 learned), deterministic parameters jointly as point estimates unless the model froze them; the
 objective and the loop are those of :func:`inference.optim.map.fit_map`.
 
+With a likelihood that has a variance head (the heteroscedastic Gaussian) the number of epochs is chosen on
+held-out rows and the fit is refitted on every row for that many (``early_stopping``, default on for such a
+likelihood: :mod:`inference.optim.early_stopping`; ``info["early_stopping"]`` holds the choice); the configured
+``epochs`` are the most it may take.
+
 The result is a point mass: a :class:`~inference.posterior.SamplePosterior` with one chain
 of one draw, so prediction, metrics (with the learned noise), ArviZ export and save/load
 are those of every sampler (the export writes the point mass's pointwise log-likelihood so
@@ -12,8 +17,9 @@ that ``az.loo`` returns the plug-in score flagged unreliable; :mod:`inference.ev
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
 from inference.optim.map import MAPOptions, fit_map, run_info, stack_members
 from inference.optim.training import NonFiniteLossError
 from inference.posterior import SamplePosterior
@@ -23,9 +29,14 @@ __all__ = ["MAPConfig", "MAPBackend"]
 
 
 @dataclass
-class MAPConfig(MAPOptions):
+class MAPConfig(MAPOptions, EarlyStoppingOptions):
     """Options of a MAP fit: the optimiser options of :class:`~inference.optim.training.OptimiserOptions`
-    (epochs, batch size, Adam learning rate and schedule, optional gradient clipping)."""
+    (epochs, batch size, Adam learning rate and schedule, optional gradient clipping) and the held-out choice of
+    the epochs (:class:`~inference.optim.early_stopping.EarlyStoppingOptions`)."""
+
+    def validate(self):
+        super().validate()
+        self.check_early_stopping()
 
 
 class MAPBackend(Backend):
@@ -39,12 +50,20 @@ class MAPBackend(Backend):
 
     def run(self, bnn, x, y, config: MAPConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()
+        extra = {}
+        if uses_early_stopping(bnn, config, x):
+            epochs, extra["early_stopping"] = choose_epochs(
+                lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
+                                             desc="map (held-out epochs)", stop=stop),
+                bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
+                config.selection)
+            config = replace(config, epochs=epochs, early_stopping=False)
         try:
             fit = fit_map(bnn, x, y, config, seed, progress, desc=f"map ({bnn.num_random} random)")
         except NonFiniteLossError as error:
             last = error.posterior
             error.posterior = SamplePosterior(bnn, stack_members([last]), info=run_info(
-                self.name, config, seed, x, started, history=last.history))
+                self.name, config, seed, x, started, history=last.history, **extra))
             raise
         return SamplePosterior(bnn, stack_members([fit]), info=run_info(
-            self.name, config, seed, x, started, history=fit.history))
+            self.name, config, seed, x, started, history=fit.history, **extra))

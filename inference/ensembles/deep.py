@@ -81,12 +81,13 @@ class StackedMembers:
 
 
 def train_members(members: StackedMembers, start: dict, x, y, config, seeds: list, epsilon, extra_params,
-                  progress: bool, desc: str):
+                  progress: bool, desc: str, stop=None):
     """Train the members ``start`` ``{site: [M, ...]}`` (member m shuffles with ``seeds[m]``).
 
     ``config`` has ``epochs``, ``batch_size``, ``lr`` and ``adversarial`` (the ``deep-ensemble`` config);
     ``epsilon`` is :func:`fgsm_epsilon`'s ε (``None`` without adversarial training); ``extra_params`` are
-    further parameters Adam steps (shared deterministic parameters).
+    further parameters Adam steps (shared deterministic parameters); ``stop(epoch, values)``, called after each
+    epoch with the first member's site values (constrained), ends the training when it returns ``True``.
 
     Returns ``(values, histories, error)``: final values, per-member loss per epoch, and the
     :class:`NonFiniteLossError` that stopped the run (``None`` if it finished; ``values`` then hold the
@@ -126,6 +127,11 @@ def train_members(members: StackedMembers, start: dict, x, y, config, seeds: lis
             step += 1
         for m in range(count):
             histories[m].append(float(sums[m]) / num_data)
+        if stop is not None:
+            with torch.no_grad():
+                first = {n: v[0].detach() for n, v in members.constrained(values).items()}
+            if stop(len(histories[0]) - 1, first):
+                break
     return values, histories, None
 
 
@@ -140,8 +146,12 @@ class DeepEnsembleFit(NamedTuple):
     error: Optional[NonFiniteLossError]
 
 
-def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tensor], progress: bool) -> DeepEnsembleFit:
+def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tensor], progress: bool,
+                      stop=None) -> DeepEnsembleFit:
     """Train ``config.num_members`` M members on ``x, y`` ``[N, ...]`` (member m: seed ``seed + m``).
+
+    ``stop(epoch, values)`` (one member only: the held-out choice of the epochs,
+    :mod:`inference.optim.early_stopping`) may end the training after any epoch.
 
     Member 0 starts from the network's weights, member m ≥ 1 from
     :func:`~inference.ensembles.initialisation.member_initial_values` under ``seed + m``; the likelihood latents
@@ -150,6 +160,8 @@ def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tens
     keep their starting point.  The minibatch orders and starts are seeded: no global RNG is used.
     """
     count = int(config.num_members)
+    if stop is not None and count != 1:
+        raise ValueError("a stop callback watches one member: fit the held-out member alone (num_members=1)")
     potential = Potential(bnn, x, y)  # the latents' priors and starting values (their prior medians)
     transforms = {n: biject_to(potential.priors[n].support) for n in bnn.latent_priors()}
     latents = {n: transforms[n].inv(v) for n, v in potential.latent_init().items()}
@@ -168,7 +180,7 @@ def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tens
             part, part_histories, error = train_members(
                 members, {n: v[first:last] for n, v in stacked.items()}, x, y, config,
                 [seed + m for m in range(first, last)], epsilon, extra, progress,
-                f"deep-ensemble members {first + 1}-{last}/{count}")
+                f"deep-ensemble members {first + 1}-{last}/{count}", stop)
         for n, v in part.items():
             values.setdefault(n, []).append(v.detach())
         histories += part_histories

@@ -11,6 +11,7 @@ from torch import nn
 
 from zoo.bnn import BayesianNetwork
 
+from inference.optim.early_stopping import uses_early_stopping
 from inference.variational.elbo_paths import choose_elbo_path
 from inference.variational.guides import normal_prior_blocker, stock_model_blocker
 from inference.variational.radial_kl import resolve_mc_kl
@@ -46,6 +47,8 @@ def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
     layers = sorted({type(m).__name__ for m in bnn.net.modules() if isinstance(m, _TRAINING_TIME_LAYERS)})
     if layers:
         return f"the network has layers that are random or batch-dependent in training ({', '.join(layers)})"
+    if backend in ("map", "ensemble") and uses_early_stopping(bnn, config):
+        return "the fit chooses its epochs on its own held-out rows (early_stopping), then refits for that many"
     if backend == "ensemble" and (config.parallel or not config.vectorise):
         return "the ensemble fits its members in other processes or one after another (workers, executor, vectorise)"
     if backend == "svi":

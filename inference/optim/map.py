@@ -73,6 +73,7 @@ def fit_map(
     prior_weights: Optional[dict] = None,
     training_context: Callable = contextlib.nullcontext,
     desc: str = "map",
+    stop: Optional[Callable] = None,
 ) -> MAPFit:
     """Maximise ``log p(w_s, θ) + Σ log p(y | x, w_s, w_d, θ)``; returns the :class:`MAPFit`.
 
@@ -88,6 +89,9 @@ def fit_map(
             MC dropout's keep probability (Gal & Ghahramani 2016).
         training_context: a context manager active during the optimisation (e.g. dropout hooks).
         desc: progress-bar label.
+        stop: ``stop(epoch, values) -> bool`` after each epoch, ``values`` the current site values ``{site:
+            tensor}`` (constrained, detached); ``True`` ends the fit there
+            (:class:`~inference.optim.early_stopping.ValidationMonitor`).
     Raises:
         NonFiniteLossError: a NaN/inf loss or gradient; ``.posterior`` holds the last finite point.
     """
@@ -119,7 +123,7 @@ def fit_map(
     with pyro.validation_enabled(False), training_context():
         params = list(raw.values()) + bnn.deterministic_parameters()
         run_training_loop(particle, params, data, config.loop_options(), generator, history, result, desc, progress,
-                          objective="log_joint")
+                          objective="log_joint", stop=None if stop is None else lambda epoch: stop(epoch, result().values))
     return result()
 
 

@@ -260,6 +260,7 @@ def run_training_loop(
     on_epoch: Optional[Callable] = None,
     fused_adam: bool = False,
     objective: str = "elbo",
+    stop: Optional[Callable] = None,
 ) -> None:
     """Minibatches, particle averaging, KL annealing, Adam with the schedule, non-finite checks.
 
@@ -283,6 +284,8 @@ def run_training_loop(
             (expected log-likelihood and KL: the ELBO, at β = 1) or ``"log_joint"`` (log-likelihood and minus
             the log prior of a point estimate: its log joint density, the MAP objective).  The bar shows the
             epoch's mean of it, and the KL weight β only while an annealing schedule changes it.
+        stop: ``stop(epoch) -> bool`` after each epoch (and ``on_epoch``); ``True`` ends the loop there (early
+            stopping on held-out rows, :mod:`inference.optim.early_stopping`).  The schedule is not changed.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
@@ -318,3 +321,5 @@ def run_training_loop(
         if on_epoch is not None:
             postfix.update(on_epoch(epoch))
         bar.set_postfix(**postfix)
+        if stop is not None and stop(epoch):
+            break

@@ -16,11 +16,16 @@ import torch
 
 from .base import Likelihood, check_positive, draw_device
 
-__all__ = ["GaussianLikelihood", "HeteroscedasticGaussianLikelihood", "LOG_VARIANCE_RANGE"]
+__all__ = ["GaussianLikelihood", "HeteroscedasticGaussianLikelihood", "LOG_VARIANCE_RANGE", "VARIANCE_LINKS",
+           "SOFTPLUS_MIN_VARIANCE"]
 
 #: clamp of the predicted log-variance (standardised units): σ between 1e-3 and 10 target sds (a
 #: log-variance linear in unbounded features would otherwise grow exponentially off the training inputs)
 LOG_VARIANCE_RANGE = (2 * math.log(1e-3), 2 * math.log(10.0))
+#: links of the heteroscedastic likelihood's variance head (:class:`HeteroscedasticGaussianLikelihood`)
+VARIANCE_LINKS = ("log", "softplus")
+#: the softplus link's minimum variance (standardised units; Lakshminarayanan et al. 2017, Section 2.2.1)
+SOFTPLUS_MIN_VARIANCE = 1e-6
 
 
 def _normal_draw(f: torch.Tensor, sd: torch.Tensor, generator) -> torch.Tensor:
@@ -104,14 +109,21 @@ class GaussianLikelihood(Likelihood):
 class HeteroscedasticGaussianLikelihood(Likelihood):
     """``y_t ~ Normal(μ_t(x), σ_t²(x))`` with the network predicting both (``heads = 2``).
 
-    The network's ``P = 2T`` outputs are ``f[..., :T] = μ`` and ``f[..., T:] = log σ²``
-    (standardised units; Nix & Weigend 1994).  The log-variance is clamped to
-    :data:`LOG_VARIANCE_RANGE` (σ in [1e-3, 10]) so a variance head cannot collapse the
-    density onto a training point, nor extrapolate exponentially on inputs far from the training
-    data (standardised targets have sd 1: no region holding more than 1 % of the data can have
-    σ > 10); outside that range it gets no gradient.  The log-variance parametrisation makes the
-    output Fisher constant in the variance direction, ``diag(1/σ², 1/2)``.  A variance head that is deterministic while the mean head is random is
-    the selector :func:`zoo.likelihoods.mean_head` (or ``--stochastic mean-head``).
+    The network's ``P = 2T`` outputs are ``f[..., :T] = μ`` and ``f[..., T:] = v``, the variance head
+    (standardised units), mapped to σ² by its ``variance`` link:
+
+    * ``"log"`` (default): ``v = log σ²`` (Nix & Weigend 1994), clamped to :data:`LOG_VARIANCE_RANGE`
+      (σ in [1e-3, 10]) so a variance head cannot collapse the density onto a training point, nor
+      extrapolate exponentially on inputs far from the training data (standardised targets have sd 1: no
+      region holding more than 1 % of the data can have σ > 10); outside that range it gets no gradient;
+    * ``"softplus"``: ``σ² = log(1 + e^v) + 10⁻⁶``, Lakshminarayanan et al. 2017's mean-variance network
+      (Section 2.2.1: softplus for positivity, a minimum variance of 10⁻⁶ for numerical stability); σ² grows
+      linearly, not exponentially, in ``v``; log σ² has the same upper clamp (σ ≤ 10) and no other.
+
+    With the log link the output Fisher is constant in the variance direction, ``diag(1/σ², 1/2)``; with
+    the softplus link it is ``diag(1/σ², s(v)²/(2σ⁴))``, ``s`` the logistic function.  A variance head that
+    is deterministic while the mean head is random is the selector :func:`zoo.likelihoods.mean_head` (or
+    ``--stochastic mean-head``).
 
     Args:
         beta: the β of the β-NLL training loss (Seitzer et al. 2022): optimisers maximise
@@ -126,30 +138,40 @@ class HeteroscedasticGaussianLikelihood(Likelihood):
             the gradient of a squared error (up to the normalisation).  It changes
             :meth:`training_log_prob` (used by SVI, MAP and pretraining, and by :meth:`observe`) only; :meth:`log_prob` — reported
             densities, ArviZ, samplers — is always the honest Gaussian density.
+        variance: the variance head's link, ``"log"`` or ``"softplus"`` (:data:`VARIANCE_LINKS`).
     """
 
     name = "heteroscedastic"
     task = "regression"
     heads = 2
 
-    def __init__(self, beta: float = 0.5):
+    def __init__(self, beta: float = 0.5, variance: str = "log"):
         ok = isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0 <= float(beta) <= 1
         if not ok:
             raise ValueError(f"heteroscedastic option beta must be a number in [0, 1] (0: plain NLL, 0.5: "
                              f"Seitzer et al. 2022), got {beta!r}")
+        if variance not in VARIANCE_LINKS:
+            raise ValueError(f"heteroscedastic option variance must be one of {', '.join(VARIANCE_LINKS)} (the "
+                             f"variance head's link: log σ², or softplus + 10⁻⁶ as Lakshminarayanan et al. 2017), "
+                             f"got {variance!r}")
         self.beta = float(beta)
+        self.variance = variance
 
     def options(self):
-        return {"beta": self.beta}
+        """``beta``, and ``variance`` when it is not the default log link (saves and reprs of log-link
+        likelihoods stay as they were)."""
+        return {"beta": self.beta, **({"variance": self.variance} if self.variance != "log" else {})}
 
-    @staticmethod
-    def split(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def split(self, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(μ, clamped log σ²)``, each ``[..., N, T]``, from outputs ``f`` ``[..., N, 2T]``."""
         if f.shape[-1] % 2:
             raise ValueError(f"a heteroscedastic likelihood needs 2 network outputs per target (mean, "
-                             f"log-variance), got {f.shape[-1]} outputs")
-        mean, log_var = f.chunk(2, dim=-1)
-        return mean, log_var.clamp(*LOG_VARIANCE_RANGE)
+                             f"variance head), got {f.shape[-1]} outputs")
+        mean, head = f.chunk(2, dim=-1)
+        if self.variance == "softplus":
+            return mean, (torch.nn.functional.softplus(head) + SOFTPLUS_MIN_VARIANCE).log().clamp(
+                max=LOG_VARIANCE_RANGE[1])
+        return mean, head.clamp(*LOG_VARIANCE_RANGE)
 
     def distribution(self, f, latents):
         mean, log_var = self.split(f)
@@ -182,8 +204,14 @@ class HeteroscedasticGaussianLikelihood(Likelihood):
         return {"loc": mean, "scale": (0.5 * log_var).exp()}
 
     def output_fisher(self, f, latents):
-        """``diag(1/σ², 1/2)`` ``[N, 2T, 2T]`` in (μ, log σ²); the log σ² entry is 0 where it is clamped."""
-        mean, raw = f.chunk(2, dim=-1)
-        log_var = raw.clamp(*LOG_VARIANCE_RANGE)
-        inside = (raw == log_var).to(f.dtype)
-        return torch.diag_embed(torch.cat([(-log_var).exp(), 0.5 * inside], dim=-1))
+        """``[N, 2T, 2T]`` in (μ, variance head): ``diag(1/σ², 1/2)`` for the log link, ``diag(1/σ², s(v)²/(2σ⁴))``
+        for the softplus link; the variance entry is 0 where log σ² is clamped."""
+        mean, head = f.chunk(2, dim=-1)
+        log_var = self.split(f)[1]
+        if self.variance == "softplus":
+            inside = (log_var < LOG_VARIANCE_RANGE[1]).to(f.dtype)
+            head_fisher = torch.sigmoid(head) ** 2 * (-2 * log_var).exp() / 2
+        else:
+            inside = (head == log_var).to(f.dtype)
+            head_fisher = torch.full_like(head, 0.5)
+        return torch.diag_embed(torch.cat([(-log_var).exp(), head_fisher * inside], dim=-1))
