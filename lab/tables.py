@@ -16,6 +16,7 @@ import pandas as pd
 
 from .grid_runs import CONFIDENCE_THRESHOLDS, Experiment
 from .grid_worker import is_finished, metrics_path
+from .shift_grids import SHIFT_FIGURES
 
 __all__ = ["collect", "write_tables", "summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES"]
 
@@ -55,7 +56,8 @@ def write_tables(experiment: Experiment, runs, root, out, failures, timing: Opti
     results.to_csv(out / "results.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)
     flagged = results.loc[results["failed_fit"].eq(True), "key"] if "failed_fit" in results else ()
-    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures, flagged)
+    extra = experiment.tables(summary) if experiment.tables else ""
+    (out / "summary.md").write_text(summary_markdown(experiment, summary, failures, flagged) + extra
                                     + timing_line(results, timing))
     files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
     files += make_figures(experiment.name, summary, out)
@@ -229,6 +231,7 @@ FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci, "
            "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
            "radial-mc": _figure_radial}
 """Figure makers ``(summary, pyplot) -> Figure`` per experiment."""
+FIGURES.update(SHIFT_FIGURES)  # shift-rotation, shift-ood, uci-gap (lab.shift_grids)
 
 
 def make_figures(name: str, summary, out: Path) -> list:
