@@ -10,7 +10,8 @@
 Budgets are those of ``bdl-baselines`` (:mod:`lab.uci_grids`): MAP-type fits 30 epochs of minibatches of
 128 on digits and about :data:`~lab.uci_grids.UCI_STEPS` steps on UCI, variational families four times the
 MAP's epochs on digits; every other backend runs with its defaults.  NUTS and HMC infer the last layer
-(a MAP body; on every LeNet weight they are out of reach on 2 cores), and so do the Laplace rows marked
+(a MAP body; on every LeNet weight they are out of reach on 2 cores), on digits with short chains
+(:data:`DIGITS_SHORT_MCMC`), and so do the Laplace rows marked
 "last" and the last-layer SVI / MC-dropout rows of Ovadia et al. ("LL-SVI", "LL-Dropout").  Laplace's
 default classification predictive is the closed-form probit, one set of probabilities per point, so its MI
 is identically zero; the ``laplace (last, glm)`` row is the same posterior predicting by Monte Carlo over
@@ -27,7 +28,7 @@ from zoo.data import load_uci
 from .grid_runs import GridRun, available_backends, run_key
 from .uci_grids import BDL_DIGITS_EPOCHS, UCI_BATCH, UCI_STEPS, bdl_options
 
-__all__ = ["DIGITS_METHODS", "GAP_DATASETS", "GAP_STANDARD_SPLITS", "REGRESSION_METHODS", "SHIFT_SEEDS",
+__all__ = ["DIGITS_METHODS", "DIGITS_SHORT_MCMC", "GAP_DATASETS", "GAP_STANDARD_SPLITS", "REGRESSION_METHODS", "SHIFT_SEEDS",
            "rotation_grid", "ood_grid", "gap_grid", "rotation_tables", "ood_tables", "gap_tables", "SHIFT_FIGURES",
            "REPORTED_ANGLES"]
 
@@ -44,6 +45,9 @@ def _budget(backend: str, epochs: int) -> dict:
     return bdl_options(backend, epochs)
 
 
+#: short NUTS / HMC on the digits last layer (1 010 weights on a MAP body; the defaults' 4 chains of 400 NUTS
+#: iterations to depth 10 took over 27 min on the shared 2 cores without finishing)
+DIGITS_SHORT_MCMC = {"num_chains": 2, "warmup_steps": 100, "num_samples": 100, "max_tree_depth": 6}
 #: digits methods: label -> (backend, stochastic, backend options)
 DIGITS_METHODS = {
     "map": ("map", "all", {}), "ensemble": ("ensemble", "all", {}), "deep-ensemble": ("deep-ensemble", "all", {}),
@@ -56,7 +60,8 @@ DIGITS_METHODS = {
     "radial": ("radial", "all", {}),
     "sgld": ("sgld", "all", {}), "psgld": ("psgld", "all", {}), "sghmc": ("sghmc", "all", {}),
     "csgmcmc": ("csgmcmc", "all", {}),
-    "nuts (last)": ("nuts", "last", {}), "hmc (last)": ("hmc", "last", {}),
+    "nuts (last)": ("nuts", "last", DIGITS_SHORT_MCMC),
+    "hmc (last)": ("hmc", "last", {k: v for k, v in DIGITS_SHORT_MCMC.items() if k != "max_tree_depth"}),
 }
 
 
