@@ -14,8 +14,9 @@ fits 30 epochs and the variational families four times as many; every other back
 (:data:`DIGITS_SHORT_MCMC`), and so do the Laplace rows marked
 "last" and the last-layer SVI / MC-dropout rows of Ovadia et al. ("LL-SVI", "LL-Dropout").  Laplace's
 default classification predictive is the closed-form probit, one set of probabilities per point, so its MI
-is identically zero; the ``laplace (last, glm)`` row is the same posterior predicting by Monte Carlo over
-its linearised network, which has an MI.
+is identically zero; the ``laplace (last, glm)`` row predicts by Monte Carlo over its linearised network,
+which has an MI — with the prior precision of the evidence (``prior_precision="auto"`` is the validation
+search only for the closed-form predictives), so it is not the probit row's posterior.
 """
 from __future__ import annotations
 
