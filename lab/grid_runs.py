@@ -61,7 +61,8 @@ class Experiment:
 
     ``group`` are the label columns a configuration is identified by (mean ± standard error
     over the others, i.e. splits / seeds); ``metrics`` the columns of ``summary.md``;
-    ``published(row) -> {column: text}`` adds published numbers beside ours.
+    ``published(row) -> {column: text}`` adds published numbers beside ours; ``tables(summary) -> str``
+    adds markdown tables of its own after the summary (e.g. a metric against a shift's intensity).
     """
 
     name: str
@@ -71,6 +72,7 @@ class Experiment:
     metrics: tuple
     published: Optional[Callable[[dict], dict]] = None
     hidden: bool = False
+    tables: Optional[Callable] = None
 
 
 def available_backends(wanted, note=print) -> list:

@@ -18,6 +18,9 @@ Experiments (papers in ``docs/references.md``; published numbers in ``../shared/
 * ``structured-stochasticity`` — Rochussen 2024 (structured fixed-weight patterns vs vanilla MFVI);
 * ``sparse-vd-lenet`` — the variational-MLP dissertation's Table 4.3 on digits (pruning of variational LeNet-300-100; Molchanov et al. 2017);
 * ``radial-mc`` — Nazarovs et al. 2021 (Radial BNN with M MC-KL samples, confidence-set accuracy);
+* ``shift-rotation``, ``shift-ood``, ``uci-gap`` — issue 37: every backend on rotated digits (Ovadia et al. 2019),
+  held-out digit classes (AUROC of entropy and mutual information) and UCI gap splits (Foong et al. 2019),
+  built in :mod:`lab.shift_grids`;
 * ``smoke`` (hidden) — a seconds-long grid for tests; ``smoke-24`` (hidden) — the same on 8 seeds
   (``benchmarks/kill_resume.py``).
 
@@ -33,6 +36,7 @@ from inference.variational.pruning import PRUNE_MODES
 from lab.run_spec import RunSpec
 
 from .grid_runs import Experiment, GridRun, available_backends, run_key
+from .shift_grids import gap_grid, gap_tables, ood_grid, ood_tables, rotation_grid, rotation_tables
 from .uci_grids import (bdl_grid, heteroscedastic_defaults_grid, heteroscedastic_published, paper_protocols_grid,
                         paper_published, uci_grid, uci_nuts_grid, uci_published)
 
@@ -213,6 +217,16 @@ EXPERIMENTS: dict[str, Experiment] = {
                    ("family", "prune"), ("accuracy", "nll", "sparsity", "fit_seconds")),
         Experiment("radial-mc", "Nazarovs et al. 2021: Radial BNN accuracy / NLL vs M MC-KL samples on digits", _radial,
                    ("M",), ("accuracy", "nll", "ece", "acc_0.9", "kept_0.9", "fit_seconds")),
+        Experiment("shift-rotation", "Ovadia et al. 2019: every backend on digits rotated 0-180 degrees (accuracy, "
+                   "NLL, ECE, Brier against the angle)", rotation_grid, ("method",),
+                   ("accuracy", "nll", "ece", "rot45_accuracy", "rot90_accuracy", "rot90_nll", "rot90_ece",
+                    "rot180_accuracy", "fit_seconds"), tables=rotation_tables),
+        Experiment("shift-ood", "every backend trained on digits 0-4: AUROC of predictive entropy and mutual information "
+                   "for the held-out classes 5-9", ood_grid, ("method",),
+                   ("accuracy", "nll", "ood_auroc_entropy", "ood_auroc_mi", "fit_seconds"), tables=ood_tables),
+        Experiment("uci-gap", "Foong et al. 2019: every backend on the UCI gap splits (middle third of one input held "
+                   "out) beside standard splits", gap_grid, ("dataset", "splits", "method"),
+                   ("rmse", "test_ll", "coverage_90", "fit_seconds"), tables=gap_tables),
         Experiment("smoke", "seconds-long grid for tests", _smoke, ("variant",), ("rmse", "test_ll", "coverage_90"),
                    hidden=True),
         Experiment("smoke-24", "the smoke grid on 8 seeds (24 runs): the kill-and-resume campaign",

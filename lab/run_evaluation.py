@@ -18,6 +18,7 @@ from inference.evaluation.diagnostics import convergence_metrics
 from inference.evaluation.member_metrics import member_metrics
 from inference.evaluation.metrics import evaluate
 from inference.evaluation.sanity import fit_check, training_fit
+from inference.evaluation.shift import evaluate_shift, shift_scalars
 from inference.posterior import SamplePosterior
 
 __all__ = ["RunFailed", "check_draws", "Evaluation", "evaluate_posterior"]
@@ -64,7 +65,9 @@ def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
 
     ``metrics`` also compare the prediction with the trivial predictor and the fit's own training
     points (:func:`inference.evaluation.sanity.fit_check`: ``trivial_*``, ratios, ``failed_fit`` and
-    ``failed_fit_reason``).  Raises :class:`RunFailed` when the predictions are non-finite.
+    ``failed_fit_reason``).  A dataset with shift sets (``digits-rotated``, ``digits-ood``) has each
+    predicted with the same seed and scored (:func:`inference.evaluation.shift.evaluate_shift`): the whole
+    record in ``metrics["shift"]``, its scalars (``rot45_accuracy``, ``ood_auroc_mi``, ...) beside the others.  Raises :class:`RunFailed` when the predictions are non-finite.
     Used by :func:`execute` and
     by reports of an in-memory posterior, so both hold the same numbers.
     """
@@ -91,4 +94,7 @@ def evaluate_posterior(posterior, data: Dataset, seed: int) -> Evaluation:
     train_fit = training_fit(data.task, train_log_lik.reshape(-1, train_log_lik.shape[-1]), y_train[index],
                              y_train)
     metrics.update(fit_check(prediction, y_test, y_train, metrics, train=train_fit, period=period))
+    if data.shift_sets:
+        metrics["shift"] = evaluate_shift(posterior, data.shift_sets, prediction, seed=seed)
+        metrics.update(shift_scalars(metrics["shift"]))
     return Evaluation(prediction, metrics, idata, train_idata, predict_seconds)

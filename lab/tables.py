@@ -18,6 +18,8 @@ import pandas as pd
 from .grid_runs import CONFIDENCE_THRESHOLDS, Experiment
 from .grid_worker import is_finished, metrics_path
 from .store import write_bytes_file, write_text_file
+from .plotting import grouped_bars
+from .shift_grids import SHIFT_FIGURES
 
 __all__ = ["collect", "write_tables", "summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES",
            "COVERAGE_90_BAND", "coverage_note"]
@@ -70,7 +72,8 @@ def write_tables(experiment: Experiment, runs, root, out, failures, timing: Opti
     write_text_file(out / "results.csv", results.to_csv(index=False))  # whole or not at all, even under SIGKILL
     write_text_file(out / "summary.csv", summary.to_csv(index=False))
     flagged = results.loc[results["failed_fit"].eq(True), "key"] if "failed_fit" in results else ()
-    write_text_file(out / "summary.md", summary_markdown(experiment, summary, failures, flagged)
+    extra = experiment.tables(summary) if experiment.tables else ""
+    write_text_file(out / "summary.md", summary_markdown(experiment, summary, failures, flagged) + extra
                     + timing_line(results, timing))
     files += [out / "results.csv", out / "summary.csv", out / "summary.md"]
     files += make_figures(experiment.name, summary, out)
@@ -148,28 +151,11 @@ def timing_line(results, timing: Optional[dict]) -> str:
             f"summed run times of the {len(results)} runs in the table: {summed:.0f} s{cpu_text}.{stopped}\n")
 
 
-def _bars(ax, summary, x, series, metric, label=None):
-    """Grouped bars of ``metric`` (mean ± se): one group per value of ``x``, one bar per ``series``."""
-    xs = list(dict.fromkeys(summary[x]))
-    names = list(dict.fromkeys(summary[series])) if series else [None]
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        part = summary if name is None else summary[summary[series] == name]
-        part = part.set_index(x).reindex(xs)
-        positions = [j + (i - (len(names) - 1) / 2) * width for j in range(len(xs))]
-        ax.bar(positions, part[f"{metric}_mean"], width, yerr=part[f"{metric}_se"].fillna(0), capsize=2,
-               label=None if name is None else str(name))
-    ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(label or metric)
-    if series:
-        ax.legend(fontsize=7)
-
-
 def _figure_euler(summary, plt):
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    _bars(axes[0], summary, "variant", "formulation", "rmse_circular", "test RMSE (circular), degrees")
-    _bars(axes[1], summary, "variant", "formulation", "rmse_plain", "test RMSE (plain, as Bagga et al. 2025), degrees")
-    _bars(axes[2], summary, "variant", "formulation", "coverage_90", "90% interval coverage")
+    grouped_bars(axes[0], summary, "variant", "formulation", "rmse_circular", "test RMSE (circular), degrees")
+    grouped_bars(axes[1], summary, "variant", "formulation", "rmse_plain", "test RMSE (plain, as Bagga et al. 2025), degrees")
+    grouped_bars(axes[2], summary, "variant", "formulation", "coverage_90", "90% interval coverage")
     axes[2].axhspan(*COVERAGE_90_BAND, color="green", alpha=0.1)
     return fig
 
@@ -182,7 +168,7 @@ def _figure_uci(summary, plt):
     series = "likelihood" if "likelihood" in summary else None
     fig, axes = plt.subplots(1, len(datasets), figsize=(3.6 * len(datasets), 3.8), squeeze=False)
     for ax, name in zip(axes[0], datasets):
-        _bars(ax, summary[summary["dataset"] == name], "config", series, "rmse", "test RMSE (log scale)")
+        grouped_bars(ax, summary[summary["dataset"] == name], "config", series, "rmse", "test RMSE (log scale)")
         ax.set_yscale("log")
         ax.set_title(name, fontsize=9)
     return fig
@@ -200,14 +186,14 @@ def _figure_bdl(summary, plt):
     fig, axes = plt.subplots(rows, max(panels, 1), figsize=(3.6 * max(panels, 1), 3.8 * rows), squeeze=False)
     for column, name in enumerate(datasets):
         part = regression[regression["dataset"] == name]
-        _bars(axes[0][column], part, "method", None, "test_ll", "test log-likelihood")
+        grouped_bars(axes[0][column], part, "method", None, "test_ll", "test log-likelihood")
         axes[0][column].set_title(name, fontsize=9)
         if coverage:
-            _bars(axes[1][column], part, "method", None, "coverage_90", "90% interval coverage")
+            grouped_bars(axes[1][column], part, "method", None, "coverage_90", "90% interval coverage")
             axes[1][column].axhspan(*COVERAGE_90_BAND, color="green", alpha=0.1)
             axes[1][column].set_ylim(0, 1.02)
     if panels > len(datasets):
-        _bars(axes[0][-1], digits, "method", None, "accuracy", "test accuracy")
+        grouped_bars(axes[0][-1], digits, "method", None, "accuracy", "test accuracy")
         axes[0][-1].set_title("digits (LeNet-300-100)", fontsize=9)
         if coverage:
             axes[1][-1].axis("off")
@@ -219,7 +205,7 @@ def _figure_structured(summary, plt):
     fig, axes = plt.subplots(1, len(inits), figsize=(7 * len(inits), 4), squeeze=False)
     for ax, init in zip(axes[0], inits):
         part = summary[summary["init_sd"] == init]
-        _bars(ax, part, "variant", None, "rmse_std", "test RMSE (standardised)")
+        grouped_bars(ax, part, "variant", None, "rmse_std", "test RMSE (standardised)")
         ax.set_title(f"guide initial sd {init:g}", fontsize=9)
         vanilla = part.loc[part["variant"] == "vanilla MFVI", "rmse_std_mean"]
         if len(vanilla):
@@ -231,7 +217,7 @@ def _figure_structured(summary, plt):
 
 def _figure_sparse(summary, plt):
     fig, ax = plt.subplots(figsize=(7, 4))
-    _bars(ax, summary, "family", "prune", "accuracy", "test accuracy")
+    grouped_bars(ax, summary, "family", "prune", "accuracy", "test accuracy")
     return fig
 
 
@@ -257,6 +243,7 @@ FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci, "
            "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
            "radial-mc": _figure_radial}
 """Figure makers ``(summary, pyplot) -> Figure`` per experiment."""
+FIGURES.update(SHIFT_FIGURES)  # shift-rotation, shift-ood, uci-gap (lab.shift_grids)
 
 
 def make_figures(name: str, summary, out: Path) -> list:

@@ -8,7 +8,9 @@ and :func:`classification_dataset` build a :class:`Dataset` from raw NumPy array
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import torch
@@ -17,7 +19,9 @@ from zoo.data.checks import DataError, check_targets_vary, check_xy
 
 __all__ = [
     "TASKS",
+    "SHIFT_KINDS",
     "Dataset",
+    "ShiftSet",
     "classification_dataset",
     "random_split",
     "regression_dataset",
@@ -26,6 +30,30 @@ __all__ = [
 
 TASKS = ("regression", "classification")
 """Values of :attr:`Dataset.task`."""
+
+SHIFT_KINDS = ("rotation", "ood")
+"""Values of :attr:`ShiftSet.kind`: a labelled shift of the test inputs (scored like the test set, per
+intensity) or out-of-distribution inputs without a label among the model's classes (scored against the
+in-distribution test set)."""
+
+
+@dataclass(frozen=True)
+class ShiftSet:
+    """Test inputs under one condition of a distribution shift, standardised like the dataset's ``x_test``.
+
+    Attributes:
+        name: the condition, e.g. ``"rotation 45°"`` or ``"held-out classes 5-9"``.
+        kind: one of :data:`SHIFT_KINDS`.
+        value: the shift's intensity in its own units (``"rotation"``: the angle in degrees); NaN for ``"ood"``.
+        x: float32 ``[M, D]``, in the network's (standardised) input units.
+        y: int64 labels ``[M]`` in the dataset's classes (``"rotation"``), or ``None`` (``"ood"``: no label applies).
+    """
+
+    name: str
+    kind: str
+    value: float
+    x: torch.Tensor
+    y: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -49,6 +77,8 @@ class Dataset:
             circle (e.g. ``360.0`` for an angle in degrees), else ``None``; ``None`` for all outputs
             when the whole field is ``None``.  Evaluations score periodic outputs on the circle too
             (``test_ll_circular``, :func:`inference.evaluation.circular.circular_log_predictive_density`).
+        shift_sets: :class:`ShiftSet` s evaluated beside the test set (rotated test images, held-out
+            classes; :mod:`zoo.data.digits_shift`), empty for an ordinary dataset.
     """
 
     name: str
@@ -67,6 +97,7 @@ class Dataset:
     target_names: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     target_period: list | None = None
+    shift_sets: tuple = ()
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -90,6 +121,8 @@ class Dataset:
                 f"{tuple(self.y_train.shape)} and {tuple(self.y_test.shape)}."
             )
         self._check_target_period()
+        for shift in self.shift_sets:
+            self._check_shift_set(shift)
 
     def _check_target_period(self) -> None:
         if self.target_period is None:
@@ -104,6 +137,21 @@ class Dataset:
             if period is not None and not (isinstance(period, (int, float)) and 0 < float(period) < float("inf")):
                 raise DataError(f"{self.name}: the period of output {name} must be a positive number or None, "
                                 f"got {period!r}.")
+
+    def _check_shift_set(self, shift) -> None:
+        if not isinstance(shift, ShiftSet) or shift.kind not in SHIFT_KINDS:
+            raise DataError(f"{self.name}: shift_sets must hold ShiftSets of a kind in {SHIFT_KINDS}, got {shift!r:.80}.")
+        if tuple(shift.x.shape[1:]) != tuple(self.x_test.shape[1:]):
+            raise DataError(f"{self.name}: shift set {shift.name!r} has inputs {tuple(shift.x.shape)}; they must be "
+                            f"shaped like the test inputs {tuple(self.x_test.shape)} but for the first dimension.")
+        if (shift.y is None) != (shift.kind == "ood"):
+            raise DataError(f"{self.name}: shift set {shift.name!r} of kind {shift.kind!r} must "
+                            f"{'not ' if shift.kind == 'ood' else ''}have labels.")
+        if shift.y is not None and (self.task != "classification" or shift.y.shape != shift.x.shape[:1]
+                                    or shift.y.dtype != torch.int64 or shift.y.min() < 0
+                                    or shift.y.max() >= self.num_classes):
+            raise DataError(f"{self.name}: shift set {shift.name!r} needs int64 labels [M] in 0..{self.output_dim - 1} "
+                            "of a classification dataset.")
 
     @property
     def n_train(self) -> int:
@@ -148,8 +196,9 @@ class Dataset:
         return self.y_to_original(self.y_test)
 
     def summary(self) -> dict:
-        """Short description for reports: name, task, sizes, dimensions and split."""
-        return {
+        """Short description for reports: name, task, sizes, dimensions and split (and the shift sets' names
+        and sizes, where there are any)."""
+        summary = {
             "name": self.name,
             "task": self.task,
             "n_train": self.n_train,
@@ -158,6 +207,9 @@ class Dataset:
             "output_dim": self.output_dim,
             "split": self.split,
         }
+        if self.shift_sets:
+            summary["shift_sets"] = {shift.name: int(shift.x.shape[0]) for shift in self.shift_sets}
+        return summary
 
 
 def standardiser(fit_on: np.ndarray, axes) -> tuple[np.ndarray, np.ndarray]:
@@ -253,10 +305,23 @@ def classification_dataset(
     feature_names: list[str],
     target_names: list[str],
     info: dict,
+    per_feature: bool = True,
+    shift_sets: tuple = (),
 ) -> Dataset:
     """A classification :class:`Dataset`: ``[N, D]`` inputs standardised with training statistics,
-    labels ``[N]`` in ``0 .. num_classes - 1`` stored as int64."""
-    x_loc, x_scale = standardiser(x_train, 0)
+    labels ``[N]`` in ``0 .. num_classes - 1`` stored as int64.
+
+    ``per_feature=False`` standardises with one mean and sd over every training value (``x_loc`` /
+    ``x_scale`` are still ``[D]``, all entries equal), which keeps the features' relative scale: the
+    choice for images whose pixels may move (:mod:`zoo.data.digits_shift`).  ``shift_sets`` are
+    :class:`ShiftSet` s whose ``x`` are raw arrays in ``x_train``'s units (labels as arrays or ``None``);
+    they are standardised here with the training statistics, like ``x_test``.
+    """
+    if per_feature:
+        x_loc, x_scale = standardiser(x_train, 0)
+    else:
+        loc, scale = standardiser(np.asarray(x_train).reshape(-1, 1), 0)
+        x_loc, x_scale = np.full(x_train.shape[1], loc[0]), np.full(x_train.shape[1], scale[0])
     return Dataset(
         name=name,
         task="classification",
@@ -272,4 +337,9 @@ def classification_dataset(
         feature_names=feature_names,
         target_names=target_names,
         info=info,
+        shift_sets=tuple(
+            dataclasses.replace(shift, x=_float32((shift.x - x_loc) / x_scale),
+                                y=None if shift.y is None else torch.as_tensor(shift.y, dtype=torch.int64))
+            for shift in shift_sets
+        ),
     )

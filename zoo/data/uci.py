@@ -5,7 +5,8 @@ The bundled copies (package data ``zoo/data/bundled/uci``, provenance and licenc
 train/test layout of Gal & Ghahramani 2016, which reuses the 20 random splits (about 90/10) of
 Hernández-Lobato & Adams 2015. :func:`load_uci` reads one of those fixed splits;
 :func:`load_uci_full_random_split` draws one seeded random split of all rows instead (the
-protocol of Rochussen 2024).
+protocol of Rochussen 2024); :func:`load_uci_gap` makes the "gap" split of one input feature
+(Foong et al. 2019: the middle third of the rows sorted by that feature held out).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from zoo.data.checks import DataError, FileLines, check_table, check_targets_var
 from zoo.data.dataset import Dataset, random_split, regression_dataset
 from zoo.data.files import read_numbers
 
-__all__ = ["BUNDLED_UCI", "STANDARDISE_ON", "UCI_DATA_DIR", "load_uci", "load_uci_full_random_split"]
+__all__ = ["BUNDLED_UCI", "STANDARDISE_ON", "UCI_DATA_DIR", "gap_split", "load_uci", "load_uci_full_random_split",
+           "load_uci_gap"]
 
 UCI_DATA_DIR = Path(str(files("zoo.data").joinpath("bundled", "uci")))
 """Folder of the bundled UCI datasets: package data of :mod:`zoo.data`, found through
@@ -229,3 +231,67 @@ def load_uci_full_random_split(
         "standardised_on": standardise_on,
     }
     return _uci_dataset(table, train_idx, test_idx, info, fit_all=standardise_on == "all")
+
+
+def gap_split(values) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted train and test row indices of the gap split of one feature (Foong et al. 2019).
+
+    The rows are ordered by ``values`` ``[N]`` (a stable sort: tied rows keep their file order) and the
+    ordered positions ``round(N/3) .. round(2N/3) − 1`` — the middle third — are the test rows; the
+    lower and upper thirds are the training rows.  Where the feature takes few distinct values the
+    boundary cuts through tied rows, so test and training rows can share a value (no gap in that
+    feature): :func:`load_uci_gap` records how many.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = values.shape[0]
+    if values.ndim != 1 or n < 3:
+        raise DataError(f"a gap split needs one feature's values [N] with N >= 3, got shape {values.shape}.")
+    order = np.argsort(values, kind="stable")
+    low, high = int(round(n / 3)), int(round(2 * n / 3))
+    return np.sort(np.concatenate([order[:low], order[high:]])), np.sort(order[low:high])
+
+
+def load_uci_gap(name_or_path: str | os.PathLike, split: int = 0, targets=None) -> Dataset:
+    """The gap split of input feature ``split`` of a UCI regression dataset (Foong et al. 2019).
+
+    Foong et al. 2019 ("'In-between' uncertainty in Bayesian neural networks") sort the rows by one
+    input and hold out the middle third as the test set, once per input: a dataset of D inputs has
+    D gap splits, and a posterior that is over-confident between two clusters of data scores a low
+    test log-likelihood there.  Rows and features are :func:`load_uci`'s; :func:`gap_split` makes the
+    split.
+
+    Args:
+        name_or_path: a name in :data:`BUNDLED_UCI` or a folder in the UCI split layout (its
+            ``index_*_<k>.txt`` files are not used).
+        split: the input feature ``k`` in ``0 .. D − 1`` (the order of ``feature_names``) whose
+            middle third is held out (``--split`` of ``uci-gap:NAME``).
+        targets: column indices overriding ``index_target.txt``, as for :func:`load_uci`.
+
+    Returns:
+        A regression :class:`Dataset` (``split`` = the feature index), standardised with the training
+        rows' statistics (as in Foong et al.'s shared loader); ``info`` holds ``n_splits`` = D, the
+        ``gap_feature`` name, its training and test value ranges and ``test_rows_sharing_values``: the
+        test rows whose value of the feature also occurs among the training rows (0 for a clean gap).
+    """
+    table = _read_uci_table(name_or_path, targets)
+    n_features = len(table.features)
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or not 0 <= split < n_features:
+        raise DataError(
+            f"--split {split!r} names no input feature of uci-gap:{table.name}: a gap split holds out the middle "
+            f"third of one input, so the splits are the features 0..{n_features - 1} "
+            f"({', '.join(f'{k}={table.column_names[c]}' for k, c in enumerate(table.features))})."
+        )
+    values = table.data[:, table.features[split]]
+    train_idx, test_idx = gap_split(values)
+    target_names = [table.column_names[t] for t in table.targets]
+    check_targets_vary(table.data[train_idx][:, table.targets], f"UCI gap split {split} of {table.folder}",
+                       target_names, "training rows")
+    feature = table.column_names[table.features[split]]
+    shared = int(np.isin(values[test_idx], values[train_idx]).sum())
+    info = {**{k: v for k, v in table.info.items() if k != "n_splits"}, "n_splits": n_features,
+            "protocol": f"gap split of feature {split} ({feature}): the middle third of the rows sorted by it held "
+                        f"out (Foong et al. 2019)",
+            "gap_feature": feature, "train_range": [float(values[train_idx].min()), float(values[train_idx].max())],
+            "test_range": [float(values[test_idx].min()), float(values[test_idx].max())],
+            "test_rows_sharing_values": shared}
+    return _uci_dataset(table, train_idx, test_idx, info, split=int(split))
