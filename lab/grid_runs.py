@@ -179,8 +179,15 @@ def _euler_increments(run: GridRun, root, prerequisite) -> Dataset:
     return euler_increments(load_dataset(run.spec.data, seed=run.spec.seed, **run.spec.data_options))
 
 
+def _reference(run: GridRun, root, prerequisite) -> Dataset:
+    from .fidelity_grid import reference_data  # it imports this module
+
+    return reference_data(run, root, prerequisite)
+
+
 DATASETS: dict[str, Callable] = {
     "euler-increments": _euler_increments,
+    "reference": _reference,
     "frozen-features": _frozen,
     "frozen-states": _frozen_states,
     "uci-random": _uci_random,

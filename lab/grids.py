@@ -16,6 +16,8 @@ Experiments (papers in ``docs/references.md``; published numbers in ``../shared/
 * ``structured-stochasticity`` — Rochussen 2024 (structured fixed-weight patterns vs vanilla MFVI);
 * ``sparse-vd-lenet`` — the variational-MLP dissertation's Table 4.3 on digits (pruning of variational LeNet-300-100; Molchanov et al. 2017);
 * ``radial-mc`` — Nazarovs et al. 2021 (Radial BNN with M MC-KL samples, confidence-set accuracy);
+* ``fidelity`` — every backend against the reference posteriors of :mod:`lab.references` (issue 37;
+  built in :mod:`lab.fidelity_grid`);
 * ``smoke`` (hidden) — a seconds-long grid for tests.
 
 The grids of the UCI protocol (``uci-benchmark``, ``uci-nuts``, ``bdl-baselines``, ``paper-protocols``) are
@@ -28,6 +30,7 @@ from pathlib import Path
 from inference.variational.pruning import PRUNE_MODES
 from lab.run_spec import RunSpec
 
+from .fidelity_grid import FIDELITY_METRICS, fidelity_grid
 from .grid_runs import Experiment, GridRun, available_backends, run_key
 from .uci_grids import bdl_grid, paper_protocols_grid, paper_published, uci_grid, uci_nuts_grid, uci_published
 
@@ -209,6 +212,9 @@ EXPERIMENTS: dict[str, Experiment] = {
                    ("family", "prune"), ("accuracy", "nll", "sparsity", "fit_seconds")),
         Experiment("radial-mc", "Nazarovs et al. 2021: Radial BNN accuracy / NLL vs M MC-KL samples on digits", _radial,
                    ("M",), ("accuracy", "nll", "ece", "acc_0.9", "kept_0.9", "fit_seconds")),
+        Experiment("fidelity", "every backend against the reference posteriors (python -m zoo reference build NAME "
+                   "first): distance, noise floor, CPU seconds", fidelity_grid,
+                   ("problem", "stochastic", "backend", "setting"), FIDELITY_METRICS),
         Experiment("smoke", "seconds-long grid for tests", _smoke, ("variant",), ("rmse", "test_ll", "coverage_90"),
                    hidden=True),
     )
