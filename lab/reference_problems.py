@@ -63,10 +63,10 @@ class ReferenceProblem:
     fits: int = 2
 
 
-def _nuts(chains, warmup, samples, depth, thin=1, target_accept=0.9, map_steps=2000) -> dict:
+def _nuts(chains, warmup, samples, depth, thin=1, target_accept=0.9, map_steps=2000, dense=False) -> dict:
     return {"num_chains": chains, "warmup_steps": warmup, "num_samples": samples, "thin": thin,
             "max_tree_depth": depth, "target_accept": target_accept, "map_steps": map_steps,
-            "init": "map", "adapt_step_size": True, "adapt_mass": True, "dense_mass": False}
+            "init": "map", "adapt_step_size": True, "adapt_mass": True, "dense_mass": dense}
 
 
 #: the reference problems (see the module docstring); sampler settings measured in RESULTS, section 9
@@ -84,7 +84,7 @@ PROBLEMS: dict[str, ReferenceProblem] = {p.name: p for p in (
     ReferenceProblem("energy-last", "UCI energy split 0: 8-50-1 ReLU MLP, last layer on a MAP body, Normal(0, 1) "
                      "prior, learned noise",
                      RunSpec(data="uci:energy", model="mlp", hidden=[50], stochastic="last"), frozen_body=True,
-                     sampler=_nuts(4, 500, 250, 10)),
+                     sampler=_nuts(4, 400, 250, 10, dense=True)),
     ReferenceProblem("energy-small", "UCI energy split 0: 8-10-1 tanh MLP, every weight, FanInNormal(3) prior, "
                      "learned noise",
                      RunSpec(data="uci:energy", model="mlp", hidden=[10], activation="tanh", stochastic="all",
@@ -98,7 +98,7 @@ PROBLEMS: dict[str, ReferenceProblem] = {p.name: p for p in (
     ReferenceProblem("digits-last", "scikit-learn digits (seed 0): LeNet-300-100, last layer on a MAP body, "
                      "Normal(0, 1) prior, categorical likelihood",
                      RunSpec(data="digits", model="lenet300100", stochastic="last"), frozen_body=True,
-                     sampler=_nuts(4, 400, 250, 10)),
+                     sampler=_nuts(4, 400, 250, 10, dense=True)),
 )}
 
 #: seconds-long sampler settings for tests (``build_reference(..., sampler=TINY)``)
