@@ -20,7 +20,6 @@ complete: the run is rewritten aside with the new file, sealed and swapped in wh
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
@@ -54,7 +53,7 @@ def score_prediction(reference: Reference, prediction) -> dict:
     ratio = {}
     for key in distances:  # agreement is a similarity: its "distance" is 1 − agreement
         gap, floor_gap = (1 - scores[key], 1 - floor[key]) if key == "agreement" else (scores[key], floor[key])
-        ratio[key] = gap / floor_gap if floor_gap > 0 else (math.inf if gap > 0 else 1.0)
+        ratio[key] = gap / floor_gap if floor_gap > 0 else None  # a floor of 0 resolves nothing: no ratio
     return {"reference": reference.name, "task": reference.task, **scores,
             "noise_floor": {k: floor[k] for k in scores}, "ratio_to_noise_floor": ratio,
             "num_draws": int(prediction.num_samples), "reference_draws": _reference_draws(reference),

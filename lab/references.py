@@ -64,9 +64,11 @@ def references_root() -> Path:
 
 
 def reference_path(name_or_path) -> Path:
-    """A reference folder: ``name_or_path`` itself when it names a folder (or contains a path separator),
-    else ``references_root() / NAME`` for a known problem name."""
+    """A reference folder: ``references_root() / NAME`` for a problem name, else ``name_or_path`` as a folder
+    path (anything with a path separator, or an existing folder); a ``ValueError`` lists the valid names."""
     text = str(name_or_path)
+    if text in PROBLEMS and os.sep not in text:
+        return references_root() / text
     if os.sep in text or Path(text).is_dir():
         return Path(text)
     get_problem(text)  # a ValueError listing the valid names
