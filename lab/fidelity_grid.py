@@ -26,7 +26,7 @@ from .grid_runs import GridRun, available_backends, run_key
 from .reference_problems import PROBLEMS, head_spec
 from .uci_grids import UCI_BACKENDS, UCI_BATCH, UCI_STEPS, bdl_options
 
-__all__ = ["fidelity_grid", "reference_data", "tuned_options", "figure", "FIDELITY_METRICS", "SEEDS"]
+__all__ = ["fidelity_grid", "tuned_options", "figure", "FIDELITY_METRICS", "SEEDS"]
 
 SEEDS = (0, 1, 2)
 #: the summary columns of the experiment
@@ -92,15 +92,6 @@ def fidelity_grid(fast: bool, data_root) -> list:
                               "setting": setting, "seed": seed}
                     runs.append(GridRun(run_key(name, backend, setting, seed), spec, labels, dataset="reference"))
     return runs
-
-
-def reference_data(run: GridRun, root, prerequisite):
-    """The ``reference`` dataset builder: the data of the run's reference problem (``labels["problem"]``)."""
-    from .reference_problems import problem_data
-    from .references import load_reference
-
-    reference = load_reference(run.labels["problem"])
-    return problem_data(reference.problem, reference.body())
 
 
 def figure(summary, plt):

@@ -11,7 +11,7 @@ Data drawn from a seed (``toy1d``, ``moons``, ``digits``) are drawn from the pro
 whatever the seed of a fit on it.  A *last-layer* problem (``frozen_body``) is the output layer's
 posterior given a body trained once (the ``map`` backend over all weights, seed ``data_seed``) and
 then frozen; the body is stored with the reference, and the problem's data are the body's
-features (the inputs of its output layer, :func:`lab.grid_runs.frozen_features` without whitening),
+features (the inputs of its output layer, :func:`lab.features.frozen_features` without whitening),
 on which the head is a one-layer network with every weight random — the same posterior as
 ``stochastic="last"`` on the frozen network.
 
@@ -28,7 +28,7 @@ import torch
 from inference.fitting import fit
 from zoo.data import Dataset, load_dataset
 
-from .grid_runs import frozen_features
+from .features import frozen_features
 from .run_model import build_model
 from .run_spec import RunSpec, resolve_backend_options
 
