@@ -97,6 +97,8 @@ def fidelity_grid(fast: bool, data_root) -> list:
 def figure(summary, plt):
     """Distance to the reference against CPU seconds per run, one panel per problem, one point per backend ×
     setting (mean ± se over seeds), the noise floor dashed."""
+    from matplotlib.ticker import NullFormatter
+
     problems = list(dict.fromkeys(summary["problem"]))
     fig, axes = plt.subplots(1, max(len(problems), 1), figsize=(4.6 * max(len(problems), 1), 4.2), squeeze=False)
     for ax, name in zip(axes[0], problems):
@@ -120,6 +122,7 @@ def figure(summary, plt):
             ax.legend(fontsize=7)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # the minor labels of a short log axis overlap
         ax.set_xlabel("CPU seconds per run")
         ax.set_ylabel("W2 to the reference" if metric == "fidelity_w2" else "total variation to the reference")
         ax.set_title(f"{name} ({part['stochastic'].iloc[0]}): circles defaults, squares tuned", fontsize=8)
