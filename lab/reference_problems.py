@@ -80,7 +80,7 @@ PROBLEMS: dict[str, ReferenceProblem] = {p.name: p for p in (
                      "likelihood (500 points, seed 0)",
                      RunSpec(data="moons", model="mlp", hidden=[16, 16], activation="tanh", stochastic="all",
                              prior="fan-in", prior_scale=3.0), grid="plane",
-                     sampler=_nuts(4, 400, 250, 10)),
+                     sampler=_nuts(4, 400, 250, 10, dense=True)),
     ReferenceProblem("energy-last", "UCI energy split 0: 8-50-1 ReLU MLP, last layer on a MAP body, Normal(0, 1) "
                      "prior, learned noise",
                      RunSpec(data="uci:energy", model="mlp", hidden=[50], stochastic="last"), frozen_body=True,
@@ -89,12 +89,12 @@ PROBLEMS: dict[str, ReferenceProblem] = {p.name: p for p in (
                      "learned noise",
                      RunSpec(data="uci:energy", model="mlp", hidden=[10], activation="tanh", stochastic="all",
                              prior="fan-in", prior_scale=3.0),
-                     sampler=_nuts(4, 400, 250, 10)),
+                     sampler=_nuts(4, 400, 250, 10, dense=True)),
     ReferenceProblem("yacht-small", "UCI yacht split 0: 6-10-1 tanh MLP, every weight, FanInNormal(3) prior, "
                      "learned noise",
                      RunSpec(data="uci:yacht", model="mlp", hidden=[10], activation="tanh", stochastic="all",
                              prior="fan-in", prior_scale=3.0),
-                     sampler=_nuts(4, 400, 250, 10)),
+                     sampler=_nuts(4, 400, 250, 10, dense=True)),
     ReferenceProblem("digits-last", "scikit-learn digits (seed 0): LeNet-300-100, last layer on a MAP body, "
                      "Normal(0, 1) prior, categorical likelihood",
                      RunSpec(data="digits", model="lenet300100", stochastic="last"), frozen_body=True,
