@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from lab.cli import main
+from lab.report import open_run, render_section
+from lab.report.compare import runs_table
 from lab.fidelity import score_run, write_fidelity
 from lab.reference_diagnostics import predictive_diagnostics
 from lab.reference_problems import PROBLEMS, get_problem, problem_data, problem_model
@@ -103,6 +105,15 @@ def test_tiny_run_is_scored_on_fit_and_by_the_command(in_root, tmp_path, capsys)
     verify_run(run)  # still complete and consistent
     again = json.loads((run / "metrics.json").read_text())
     assert again["fidelity_w2"] == pytest.approx(printed["w2"]) and again["rmse"] == metrics["rmse"]
+    section = render_section(run, "Fidelity")
+    assert "W2 to the reference predictive" in section and "misses its convergence targets" in section
+    assert "fidelity_w2" in runs_table([open_run(run)], {})
+
+
+def test_report_section_without_a_reference(tmp_path):
+    run = tmp_path / "run"
+    assert main([*TOY_FIT, "--hidden", "4", "--backend", "map", "--epochs", "2", "--out", str(run)]) == 0
+    assert "not scored against a reference posterior" in render_section(run, "Fidelity")
 
 
 @pytest.mark.parametrize("extra, message", [
