@@ -35,6 +35,8 @@ from zoo.priors import PRIORS
 from zoo.stochastic import SELECTOR_NAMES
 
 from .experiments import add_experiment_arguments, run_experiment_command
+from .fidelity import add_fidelity_arguments, run_fidelity_command
+from .reference_cli import add_reference_arguments, run_reference_command
 from .report import add_report_arguments, run_report_command, write_report
 from .run_evaluation import RunFailed
 from .run_spec import RunSpec
@@ -275,6 +277,11 @@ COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
                    "run a named experiment grid and write its result tables"),
     "report": (add_report_arguments, run_report_command,
                "write HTML posterior-diagnostics reports for run directories"),
+    "reference": (add_reference_arguments, run_reference_command,
+                  "list or build the reference posteriors (long multi-chain NUTS) that runs are scored against"),
+    "fidelity": (add_fidelity_arguments, run_fidelity_command,
+                 "score a run folder against a reference posterior (agreement / total variation or W2, noise "
+                 "floor, reference coverage) and add the scores to its metrics.json"),
 }
 
 

@@ -9,7 +9,6 @@ test-set prediction.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -19,8 +18,11 @@ import torch
 from inference import load_posterior
 from inference.backends import BACKENDS
 from lab.run_spec import RunSpec
-from zoo.architectures import output_modules
 from zoo.data import Dataset, euler_increments, load_dataset, load_uci_full_random_split
+
+from .features import frozen_features
+from .reference_problems import problem_data
+from .references import load_reference
 
 __all__ = ["GridRun", "Experiment", "run_key", "DATASETS", "EXTRAS", "CONFIDENCE_THRESHOLDS", "load_run_data",
            "available_backends", "frozen_features"]
@@ -88,67 +90,6 @@ def available_backends(wanted, note=print) -> list:
 # --------------------------------------------------------------------------------------------
 
 
-#: principal components of the frozen features with variance below this share of the largest are dropped
-WHITENING_CUTOFF = 1e-6
-
-
-def frozen_features(data: Dataset, net: torch.nn.Module, cutoff: float = WHITENING_CUTOFF,
-                    whiten: bool = True) -> Dataset:
-    """The inputs of ``net``'s output layer(s), whitened, as a new dataset (same targets, same units).
-
-    Last-layer inference with a linear model on these features is last-layer inference on the
-    network with its body frozen at its trained weights.  For a
-    :class:`~zoo.architectures.MultiLSTM` all three heads read the same 192-d concatenation,
-    so one ``Linear(k, 3)`` spans exactly the three heads.  The features ``h [N, d]`` are
-    nearly collinear (covariance eigenvalues many orders of magnitude below the largest),
-    which makes a head's posterior extremely elongated; they are therefore mapped to their
-    whitened principal components
-    ``z = (h − mean) V Λ^{-1/2}`` (training statistics), keeping the ``k`` components with
-    variance ≥ ``cutoff`` × the largest.  The head's function class is unchanged up to the
-    dropped near-constant directions; its N(0, 1) prior is then a prior on whitened weights.
-    ``info["whitened"]`` records ``k`` and ``d``.
-
-    ``whiten=False`` keeps the features as the body computes them (``info["whitened"] = None``):
-    the choice for a head that predicts a *log-variance*.  Linear in whitened features, whose
-    low-variance directions are scaled up to unit variance (test points reach norms of 140
-    against a median of 5.5 on the Euler states), a log-variance extrapolates exponentially and
-    the β-NLL mean fit is starved on exactly those points; the LSTM's own states are bounded by tanh.
-    """
-    heads = [net.get_submodule(n) for n in output_modules(net, data.x_train[:2])]
-    captured = []
-    hooks = [h.register_forward_hook(lambda m, inputs, out: captured.append(inputs[0])) for h in heads]
-
-    def features(x):
-        chunks = []
-        with torch.no_grad():
-            for part in torch.split(x, 4096):
-                captured.clear()
-                net(part)
-                if any(not torch.equal(c, captured[0]) for c in captured):
-                    raise ValueError("the output layers read different inputs; frozen_features needs one shared input")
-                chunks.append(captured[0])
-        return torch.cat(chunks).double()
-
-    try:
-        h_train, h_test = features(data.x_train), features(data.x_test)
-    finally:
-        for h in hooks:
-            h.remove()
-    if whiten:
-        mean = h_train.mean(0)
-        values, vectors = torch.linalg.eigh(torch.cov(h_train.T, correction=0))
-        keep = values >= cutoff * values.max()
-        projection = vectors[:, keep] / values[keep].sqrt()
-        x_train, x_test = ((h - mean) @ projection for h in (h_train, h_test))
-        whitened = {"kept": int(keep.sum()), "of": int(h_train.shape[1])}
-    else:
-        x_train, x_test, whitened = h_train, h_test, None
-    dim = x_train.shape[1]
-    return dataclasses.replace(data, name=f"{data.name}-features", x_train=x_train.float(), x_test=x_test.float(),
-                               x_loc=torch.zeros(dim), x_scale=torch.ones(dim), feature_names=[],
-                               info={**data.info, "whitened": whitened})
-
-
 def load_run_data(run: GridRun, root, prerequisite: Optional[GridRun] = None) -> Optional[Dataset]:
     """The data of ``run`` (``None``: :func:`lab.runs.execute` loads ``spec.data`` itself).
 
@@ -181,8 +122,16 @@ def _euler_increments(run: GridRun, root, prerequisite) -> Dataset:
     return euler_increments(load_dataset(run.spec.data, seed=run.spec.seed, **run.spec.data_options))
 
 
+def _reference(run: GridRun, root, prerequisite) -> Dataset:
+    """The data of the run's reference problem (``labels["problem"]``): the data set drawn from the problem's
+    data seed, or its frozen body's features (:mod:`lab.reference_problems`), whatever the run's seed."""
+    reference = load_reference(run.labels["problem"])
+    return problem_data(reference.problem, reference.body())
+
+
 DATASETS: dict[str, Callable] = {
     "euler-increments": _euler_increments,
+    "reference": _reference,
     "frozen-features": _frozen,
     "frozen-states": _frozen_states,
     "uci-random": _uci_random,

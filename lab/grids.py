@@ -21,6 +21,8 @@ Experiments (papers in ``docs/references.md``; published numbers in ``../shared/
 * ``shift-rotation``, ``shift-ood``, ``uci-gap`` — issue 37: every backend on rotated digits (Ovadia et al. 2019),
   held-out digit classes (AUROC of entropy and mutual information) and UCI gap splits (Foong et al. 2019),
   built in :mod:`lab.shift_grids`;
+* ``fidelity`` — every backend against the reference posteriors of :mod:`lab.references` (issue 37;
+  built in :mod:`lab.fidelity_grid`);
 * ``smoke`` (hidden) — a seconds-long grid for tests; ``smoke-24`` (hidden) — the same on 8 seeds
   (``benchmarks/kill_resume.py``).
 
@@ -35,6 +37,7 @@ from pathlib import Path
 from inference.variational.pruning import PRUNE_MODES
 from lab.run_spec import RunSpec
 
+from .fidelity_grid import FIDELITY_METRICS, fidelity_grid
 from .grid_runs import Experiment, GridRun, available_backends, run_key
 from .shift_grids import gap_grid, gap_tables, ood_grid, ood_tables, rotation_grid, rotation_tables
 from .uci_grids import (bdl_grid, heteroscedastic_defaults_grid, heteroscedastic_published, paper_protocols_grid,
@@ -227,6 +230,9 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment("uci-gap", "Foong et al. 2019: every backend on the UCI gap splits (middle third of one input held "
                    "out) beside standard splits", gap_grid, ("dataset", "splits", "method"),
                    ("rmse", "test_ll", "coverage_90", "fit_seconds"), tables=gap_tables),
+        Experiment("fidelity", "every backend against the reference posteriors (python -m zoo reference build NAME "
+                   "first): distance, noise floor, CPU seconds", fidelity_grid,
+                   ("problem", "stochastic", "backend", "setting"), FIDELITY_METRICS),
         Experiment("smoke", "seconds-long grid for tests", _smoke, ("variant",), ("rmse", "test_ll", "coverage_90"),
                    hidden=True),
         Experiment("smoke-24", "the smoke grid on 8 seeds (24 runs): the kill-and-resume campaign",

@@ -5,12 +5,13 @@ path) before any work, fits, predicts the test set once and returns a :class:`Ru
 the metrics, posterior, prediction, ArviZ exports and data.  With an output folder it also writes
 
 * ``metrics.json`` — test metrics in original units (RMSE, test log-likelihood, coverage,
-  or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity; a
+  or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity; the fidelity to a
+  reference posterior where one is built for the run's data and network (:mod:`lab.fidelity`); a
   posterior of several chains (ensemble members, MCMC chains) adds ``members``, the
   per-member and mixture metrics and the members' disagreement (:mod:`inference.evaluation.member_metrics`); the
   trivial predictor's metrics, the ratios to it and ``failed_fit`` / ``failed_fit_reason``
   (:mod:`inference.evaluation.sanity`);
-* ``config.json`` — the spec, the resolved backend options and the data summary;
+* ``config.json`` — the spec, the resolved backend options and the data summary with its fingerprint;
 * ``posterior/`` — the saved :class:`~inference.posterior.Posterior` (reload with
   :func:`inference.load_posterior`);
 * ``posterior.nc`` — ArviZ InferenceData on the test set with the run's prediction (NetCDF);
@@ -50,6 +51,7 @@ from inference.memory import check_prediction_memory
 from inference.posterior import to_jsonable
 from inference.variational.pruning import prune
 
+from .fidelity import flat_columns, matching_reference, score_prediction
 from .isolated import write_in_child
 from .run_evaluation import RunFailed, check_draws, evaluate_posterior
 from .run_model import build_model
@@ -154,7 +156,10 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
             "task": data.task,
         }
     )
-    config = {"spec": spec.to_dict(), "backend_options": options, "data": data.summary(), "prune": prune_report}
+    fingerprint = data.fingerprint()
+    metrics.update(_fidelity(fingerprint, posterior, prediction, data, spec.seed))
+    config = {"spec": spec.to_dict(), "backend_options": options,
+              "data": {**data.summary(), "fingerprint": fingerprint}, "prune": prune_report}
     result = RunResult(spec, metrics, config, posterior, prediction, idata, evaluation.train_idata, data)
     if out_dir is not None:
         write_run(result, out_dir, overwrite=overwrite)
@@ -167,6 +172,19 @@ def prediction_draws(backend: str, options: dict) -> dict:
     config = parse_config(BACKENDS[backend], options)
     return {name: int(getattr(config, name) or 1) for name in ("num_samples", "num_chains", "num_members")
             if hasattr(config, name)}
+
+
+def _fidelity(fingerprint: str, posterior, prediction, data: Dataset, seed: int) -> dict:
+    """The fidelity columns (:func:`lab.fidelity.flat_columns`, and ``fidelity``) when a built reference posterior
+    has this run's data and network (:func:`lab.fidelity.matching_reference`), else nothing."""
+    reference = matching_reference(fingerprint, posterior.bnn)
+    if reference is None:
+        return {}
+    x_test = reference.x_test.to(data.x_test)
+    if not torch.equal(x_test, data.x_test):
+        prediction = posterior.predict(x_test, seed=seed)
+    record = score_prediction(reference, prediction)
+    return {"fidelity": {reference.name: record}, **flat_columns(record)}
 
 
 def _fit(spec: RunSpec, bnn, data: Dataset, progress: bool, device, options: dict):

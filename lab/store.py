@@ -51,7 +51,8 @@ from .locks import LOCK_NAME, RunLock
 from .runcheck import _CLOEXEC, _NOFOLLOW, COMPLETE, StoreError, _digest, read_manifest, verify_run
 
 __all__ = ["COMPLETE", "LOCK_NAME", "StoreError", "WriteError", "check_destination", "check_folder",
-           "staged_directory", "seal", "remove_stale_temporaries", "verify_run", "RunLock", "write_text_file", "write_bytes_file", "note_interrupt", "interrupted", "read_manifest"]
+           "staged_directory", "seal", "replace_run_file", "remove_stale_temporaries", "verify_run", "RunLock", "write_text_file",
+           "write_bytes_file", "note_interrupt", "interrupted", "read_manifest"]
 
 _PARTIAL = ".partial-"
 _OLD = ".old-"
@@ -326,6 +327,29 @@ def _alive(pid: int) -> bool:
     except (PermissionError, OverflowError, ValueError):
         return True  # someone else's process (or a name that is not a pid): leave it
     return True
+
+
+def replace_run_file(directory, name: str, text: str) -> Path:
+    """Replace (or add) the top-level file ``name`` of the sealed run ``directory`` with ``text`` (UTF-8),
+    keeping the run complete: the run is verified (:func:`verify_run`), copied aside with the new file,
+    sealed anew and swapped in whole (:func:`staged_directory`), so a reader sees the old run or the new
+    one, never a file that its ``COMPLETE`` does not vouch for.  Unlisted top-level files (a report
+    written after the run) are carried over and listed.  The caller keeps other writers out (e.g. a
+    :class:`RunLock` on the parent folder)."""
+    directory = Path(directory).absolute()
+    if not name or "/" in name or name in (COMPLETE, LOCK_NAME, ".", ".."):
+        raise StoreError(f"cannot replace {name!r} in a run: give the name of a top-level file")
+    manifest = verify_run(directory)
+    listed = set(manifest["files"])
+    extra = {p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink()
+             and p.name not in (COMPLETE, LOCK_NAME) and not p.name.startswith(".")}
+    with staged_directory(directory, overwrite=True) as staging:
+        for relative in sorted((listed | extra) - {name}):
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(directory / relative, target, follow_symlinks=False)
+        (staging / name).write_text(text, encoding="utf-8")
+    return directory
 
 
 def write_text_file(path, text: str) -> Path:

@@ -238,10 +238,16 @@ def _figure_radial(summary, plt):
     return fig
 
 
+def _figure_fidelity(summary, plt):
+    from .fidelity_grid import figure
+
+    return figure(summary, plt)
+
+
 FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci, "uci-nuts": _figure_uci,
            "bdl-baselines": _figure_bdl, "paper-protocols": _figure_bdl, "heteroscedastic-defaults": _figure_bdl,
            "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
-           "radial-mc": _figure_radial}
+           "radial-mc": _figure_radial, "fidelity": _figure_fidelity}
 """Figure makers ``(summary, pyplot) -> Figure`` per experiment."""
 FIGURES.update(SHIFT_FIGURES)  # shift-rotation, shift-ood, uci-gap (lab.shift_grids)
 

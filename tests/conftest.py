@@ -9,6 +9,7 @@ known noise σ, whose posterior is Gaussian in closed form:
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 
 import pyro
@@ -16,6 +17,8 @@ import pytest
 import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# runs are scored against any reference posterior built in $BNN_ZOO_REFERENCES (lab.fidelity): tests see an empty one
+os.environ["BNN_ZOO_REFERENCES"] = tempfile.mkdtemp(prefix="bnn-zoo-references-")
 
 
 def pytest_addoption(parser):

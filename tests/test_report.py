@@ -347,7 +347,7 @@ def test_members_section_of_a_classification_ensemble_reads_disagreement_in_nats
 # ---------------------------------------------------------------------- the likelihood section
 def test_run_sections_include_the_likelihood_section():
     titles = [title for title, _ in RUN_SECTIONS]
-    assert len(RUN_SECTIONS) == 11 and len(set(titles)) == 11
+    assert len(RUN_SECTIONS) == 12 and len(set(titles)) == 12
     assert titles.index("Likelihood: observation model, its latents and residual check") == \
         titles.index("Predictive bands (1-D inputs)") + 1
 

@@ -7,5 +7,7 @@ export and diagnostics, per-member metrics of ensembles and chains, summary tabl
 * :mod:`.arviz_export` — ``InferenceData`` with posterior, log-likelihood, predictive and sample stats;
 * :mod:`.diagnostics` — R-hat, ESS and the warnings that go with them;
 * :mod:`.member_metrics` — each ensemble member's or chain's metrics and their disagreement;
+* :mod:`.fidelity` — distances to a reference posterior's predictive (agreement, total variation, W2,
+  reference coverage);
 * :mod:`.summary_table` — the text and HTML tables of ``repr``.
 """

@@ -8,8 +8,9 @@ trace and rank plots, HMC/NUTS energy and divergences, the ELBO and KL-annealing
 PSIS-LOO and WAIC with Pareto-k̂ warnings, calibration (coverage-vs-nominal and PIT, or
 reliability and ECE), 1-D predictive bands, the likelihood (its options, the posterior of its
 noise sd / degrees of freedom, a PIT QQ plot and tail check of the residuals), per-member
-metrics, per-layer log α / sparsity and, for runs on shifted data, the metrics against the rotation angle and
-the out-of-distribution AUROCs — and, for several runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
+metrics, per-layer log α / sparsity, the distance to a reference posterior (:mod:`lab.report.fidelity`) and, for
+runs on shifted data, the metrics against the rotation angle and the out-of-distribution AUROCs — and, for several
+runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
 A section that does not apply to a run says so in one line.  A run folder is not trusted: it is
 verified before it is read (:func:`lab.store.verify_run`), every value from it is escaped
 (:mod:`lab.report.html`: Jinja2 autoescaping) and pages are written atomically
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from . import compare, layers, likelihood, members, predictive, sections, shift
+from . import compare, fidelity, layers, likelihood, members, predictive, sections, shift
 from .html import Section, note, page
 from .rundata import NotApplicable, ReportRun, as_run, open_run
 from lab.store import write_text_file
@@ -50,6 +51,7 @@ RUN_SECTIONS: list[tuple[str, Callable[[ReportRun], str]]] = [
     ("Members: per-member and mixture metrics, disagreement", members.members),
     ("Variational layers: log α and sparsity", layers.variational_layers),
     ("Shift: rotated inputs and out-of-distribution detection", shift.shift),
+    ("Fidelity to a reference posterior", fidelity.fidelity),
 ]
 
 REPORT_NAME = "report.html"

@@ -16,7 +16,8 @@ from .rundata import NotApplicable, ReportRun
 __all__ = ["runs_table", "loo_compare", "calibration_overlay"]
 
 METRIC_KEYS = ("rmse", "test_ll", "coverage_90", "accuracy", "nll", "ece", "member_disagreement", "sparsity",
-               "rhat_max", "ess_bulk_min", "divergences", "tree_depth_saturated", "fit_seconds")
+               "rhat_max", "ess_bulk_min", "divergences", "tree_depth_saturated", "fidelity_w2", "fidelity_agreement",
+               "fidelity_total_variation", "reference_coverage_90", "fit_seconds")
 
 
 def runs_table(runs: list[ReportRun], links: dict) -> str:

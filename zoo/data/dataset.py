@@ -9,6 +9,7 @@ and :func:`classification_dataset` build a :class:`Dataset` from raw NumPy array
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -194,6 +195,17 @@ class Dataset:
     def y_test_original(self) -> torch.Tensor:
         """Test targets in original units (``[N, O]``; labels for classification)."""
         return self.y_to_original(self.y_test)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of what a fit conditions on and predicts in: the training inputs and targets as the network
+        sees them (float32; labels int64) and the targets' units ``y_loc``, ``y_scale``.  Two runs with the
+        same fingerprint saw the same training data."""
+        sha = hashlib.sha256()
+        for tensor in (self.x_train.float(), self.y_train, self.y_loc.float(), self.y_scale.float()):
+            array = np.ascontiguousarray(tensor.detach().cpu().numpy())
+            sha.update(f"{array.dtype.str}{array.shape}".encode())
+            sha.update(array.tobytes())
+        return sha.hexdigest()
 
     def summary(self) -> dict:
         """Short description for reports: name, task, sizes, dimensions and split (and the shift sets' names
