@@ -34,7 +34,8 @@ FIDELITY_METRICS = ("fidelity_w2", "fidelity_w2_noise_floor", "fidelity_total_va
                     "fidelity_total_variation_noise_floor", "fidelity_agreement", "reference_coverage_90",
                     "run_cpu_seconds")
 #: a long NUTS run (the tuned setting), shorter than a reference's
-TUNED_NUTS = {"num_chains": 4, "warmup_steps": 300, "num_samples": 200, "max_tree_depth": 10, "target_accept": 0.9}
+TUNED_NUTS = {"num_chains": 4, "warmup_steps": 300, "num_samples": 200, "max_tree_depth": 10, "target_accept": 0.9,
+              "time_budget": None}
 
 
 def tuned_options(backend: str, n_train: int):

@@ -66,7 +66,8 @@ class ReferenceProblem:
 def _nuts(chains, warmup, samples, depth, thin=1, target_accept=0.9, map_steps=2000, dense=False) -> dict:
     return {"num_chains": chains, "warmup_steps": warmup, "num_samples": samples, "thin": thin,
             "max_tree_depth": depth, "target_accept": target_accept, "map_steps": map_steps,
-            "init": "map", "adapt_step_size": True, "adapt_mass": True, "dense_mass": dense}
+            "init": "map", "adapt_step_size": True, "adapt_mass": True, "dense_mass": dense,
+            "time_budget": None}  # a reference is a long run by design (no time budget, docs/mcmc.md)
 
 
 #: the reference problems (see the module docstring); sampler settings measured in RESULTS, section 10

@@ -152,7 +152,7 @@ def test_bool_option_given_a_word_exits_2_before_fitting(tmp_path, capsys):
     argv = ["fit", "--data", "toy1d", "--backend", "nuts", "--option", "dense_mass=maybe", "--out", str(tmp_path / "x")]
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: option 'dense_mass' of backend 'nuts' must be true or false, got 'maybe' (str)")
+        "error: option 'dense_mass' of backend 'nuts' must be true or false or 'auto', got 'maybe' (str)")
     assert not list(tmp_path.iterdir())
 
 
@@ -162,7 +162,7 @@ def test_option_types_are_checked_by_the_python_fit_api_too():
     bnn = build_model(spec, data)
     with pytest.raises(ValueError, match="option 'num_particles' of backend 'svi' must be an integer, got 2.7"):
         fit(bnn, data.x_train, data.y_train, num_particles=2.7)
-    with pytest.raises(ValueError, match="option 'adapt_mass' of backend 'nuts' must be true or false, got 1"):
+    with pytest.raises(ValueError, match="option 'adapt_mass' of backend 'nuts' must be true or false or 'auto', got 1"):
         fit(bnn, data.x_train, data.y_train, backend="nuts", adapt_mass=1)
     posterior = fit(bnn, data.x_train, data.y_train, epochs=2e0, num_samples=3, progress=False)  # 2.0 is 2
     assert posterior.info["config"]["epochs"] == 2 and isinstance(posterior.info["config"]["epochs"], int)

@@ -396,7 +396,7 @@ def test_adaptation_windows_follow_stan():
         ({"target_accept": 1.0}, "target_accept"),
         ({"max_tree_depth": 0}, "max_tree_depth"),
         ({"init": "prior"}, "unknown init"),
-        ({"compile": "yes"}, "compile.* must be true or false or one of 'auto'"),
+        ({"compile": "yes"}, "compile.* must be true or false or 'auto'"),
         ({"map_tol": 1e-3}, "unknown option"),
         ({"num_steps": 10}, "unknown option"),
     ],

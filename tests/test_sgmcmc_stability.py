@@ -44,7 +44,7 @@ def test_collapse_check_compares_the_window_mean_with_the_start():
     assert "chain 1" in fresh.reason and "steps 3-6" in fresh.reason
 
 
-def test_collapse_threshold_from_the_dimension_and_the_minibatch_noise():
+def test_collapse_threshold_from_the_dimension_the_minibatch_noise_and_the_reference_rows():
     data = make_conjugate_regression(n=100)
     potential = Potential(linear_bnn(data), data.x, data.y)
     z0 = torch.zeros(potential.dim)
@@ -55,6 +55,12 @@ def test_collapse_threshold_from_the_dimension_and_the_minibatch_noise():
     per_row = linear_bnn(data).log_likelihood(potential.unpack(z0.unsqueeze(0))[0], data.x, data.y).reshape(-1).double()
     noise = 100 * float(per_row.std(unbiased=False)) * math.sqrt(1 - 0.1) / math.sqrt(10) / math.sqrt(COLLAPSE_WINDOW)
     assert mini.threshold == pytest.approx(full.threshold + 5 * noise, rel=1e-6)
+    # the reference on m = 20 of the N = 100 rows carries its own sampling error σ_0, added in quadrature
+    part = collapse_check(potential, z0, potential.x[:20], potential.y[:20], batch_ratio=10.0)
+    s20 = float(per_row[:20].std(unbiased=False))
+    window, reference = (100 * s20 * math.sqrt(1 - 0.1) / math.sqrt(10) / math.sqrt(COLLAPSE_WINDOW),
+                         100 * s20 * math.sqrt(1 - 0.2) / math.sqrt(20))
+    assert part.threshold == pytest.approx(full.threshold + 5 * math.hypot(window, reference), rel=1e-6)
 
 
 def _run(stopped_at, num_kept=0):

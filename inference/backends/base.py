@@ -102,7 +102,7 @@ def parse_config(backend: Backend, options: dict):
         if origin is typing.Union:
             return " or ".join(expected(a) for a in args)
         if origin is typing.Literal:
-            return "one of " + ", ".join(repr(a) for a in args)
+            return repr(args[0]) if len(args) == 1 else "one of " + ", ".join(repr(a) for a in args)
         names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a dict",
                  list: "a list", tuple: "a tuple", type(None): "null (None)"}
         return names.get(hint, getattr(hint, "__name__", str(hint)))
