@@ -8,7 +8,9 @@ known noise σ, whose posterior is Gaussian in closed form:
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -19,6 +21,7 @@ import torch
 os.environ.setdefault("MPLBACKEND", "Agg")
 # runs are scored against any reference posterior built in $BNN_ZOO_REFERENCES (lab.fidelity): tests see an empty one
 os.environ["BNN_ZOO_REFERENCES"] = tempfile.mkdtemp(prefix="bnn-zoo-references-")
+atexit.register(shutil.rmtree, os.environ["BNN_ZOO_REFERENCES"], ignore_errors=True)
 
 
 def pytest_addoption(parser):
