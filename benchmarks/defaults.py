@@ -159,7 +159,8 @@ def verdict(row, map_accuracy) -> str:
     """``pass`` / ``FAIL: why`` of issue 38's done-when for one row (``map_accuracy``: the reference, or None)."""
     wall = row["wall_s"]
     if str(row["status"]).startswith("error"):
-        early = wall < STOP_LIMIT_S and "project" in str(row.get("message", "")).lower()
+        stopped = "TimeBudgetExceeded" in str(row["status"]) or "stopped early" in str(row.get("message", ""))
+        early = wall < STOP_LIMIT_S and stopped  # the sampler's time budget: its projection and advice
         return "pass (stopped early)" if early else "FAIL: error"
     if row["status"] != "ok":
         return f"FAIL: {row['status']}"
