@@ -16,14 +16,11 @@ from zoo.bnn import BayesianNetwork
 from zoo.checks import check_seed
 from zoo.data.fingerprint import data_fingerprint
 
-from inference.backends import get_backend, loader_backends
+from inference.backends import BACKENDS, get_backend, loader_backends, stacked_backends
 from inference.backends.base import check_fit_size, check_loader, check_training_data, parse_config
-from inference.multifit.blockers import STACKED_STARTS, batch_blocker
-from inference.multifit.stacked_map import fit_ensemble_stacked, fit_map_stacked
-from inference.multifit.stacked_radial import fit_radial_stacked
-from inference.multifit.stacked_svi import fit_svi_stacked
+from inference.multifit.blockers import model_blocker
 
-__all__ = ["fit", "fit_many", "preserved_session", "resolve_device", "batch_signature", "STACKED_BACKENDS",
+__all__ = ["fit", "fit_many", "preserved_session", "resolve_device", "batch_signature", "batch_blocker",
            "DEVICE_TYPES"]
 
 #: device types :func:`fit` moves a model to
@@ -174,9 +171,15 @@ def _batch_rows(config, x) -> Optional[int]:
     return rows if batch is None or rows is None else min(int(batch), rows)
 
 
-#: backends with a stacked engine: name -> ``(bnns, xs, ys, config, seeds, progress) -> [Posterior | error]``
-STACKED_BACKENDS = {"map": fit_map_stacked, "svi": fit_svi_stacked, "ensemble": fit_ensemble_stacked,
-                    "radial": fit_radial_stacked, **{name: get_backend(name).run_stacked for name in STACKED_STARTS}}
+def batch_blocker(bnn: BayesianNetwork, backend: str, config) -> Optional[str]:
+    """Why fit ``(bnn, backend, config)`` cannot be stacked with others, or ``None`` when it can: the backend
+    has no stacked engine, the model cannot be stacked (:func:`inference.multifit.blockers.model_blocker`,
+    given what the engine stacks), or the backend's own reason (:meth:`~inference.backends.base.Backend.stack_blocker`)."""
+    engine = get_backend(backend)
+    if engine.fit_stacked is None:
+        return f"backend {backend!r} has no stacked engine (only {', '.join(stacked_backends())})"
+    trained_body = [name for name, other in BACKENDS.items() if other.fit_stacked is not None and other.stacks_trained_body]
+    return model_blocker(bnn, engine.stacks_trained_body, trained_body) or engine.stack_blocker(bnn, config)
 
 
 def _distribution_key(d) -> tuple:
@@ -193,14 +196,15 @@ def _distribution_key(d) -> tuple:
 def batch_signature(bnn: BayesianNetwork, backend: str, x: torch.Tensor, y: torch.Tensor) -> tuple:
     """Fits with equal signatures (and equal options) can share a batch: architecture and sites, the shapes
     of the trained deterministic parameters (each fit's own values are stacked), the frozen ones and the
-    buffers, likelihood, latent priors (and for MAP the weight priors), the data shapes, dtype and device.  (``svi`` and ``radial`` stack each fit's own Normal weight-prior parameters.)"""
+    buffers, likelihood, latent priors (and the weight priors, unless the engine stacks each fit's own Normal
+    weight-prior parameters: ``stacks_weight_priors``, ``svi`` and ``radial``), the data shapes, dtype and device."""
     sites = tuple((s.name, tuple(s.shape)) for s in bnn.sites)
     site_names = {s.name for s in bnn.sites}
     trained = tuple((n, tuple(p.shape)) for n, p in bnn.net.named_parameters() if n not in site_names and p.requires_grad)
     fixed = tuple((n, tuple(t.reshape(-1).tolist())) for n, t in
                   [*((n, p) for n, p in bnn.net.named_parameters() if n not in site_names and not p.requires_grad),
                    *bnn.net.named_buffers()])
-    priors = bnn.latent_priors() if backend in ("svi", "radial") else bnn.prior_distributions()
+    priors = bnn.latent_priors() if get_backend(backend).stacks_weight_priors else bnn.prior_distributions()
     return (type(bnn.net).__name__, repr(bnn.net), sites, trained, fixed, repr(bnn.likelihood),
             tuple((n, _distribution_key(d)) for n, d in priors.items()),
             tuple(x.shape), tuple(y.shape), str(x.dtype), str(x.device), str(bnn.target_scale.dtype))
@@ -213,8 +217,9 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     Args:
         bnns: K :class:`~zoo.bnn.BayesianNetwork` s (each fit's own model, e.g. built under its own seed).
         xs, ys: K training sets (tensors or arrays, as for :func:`inference.fit`; the same number of rows).
-        backend: ``"map"``, ``"ensemble"``, ``"svi"``, ``"radial"`` or an SG-MCMC backend (its MAP starts
-            stacked, then each fit's chains; :data:`STACKED_BACKENDS`).
+        backend: a backend with a stacked engine (:func:`inference.backends.stacked_backends`: ``"map"``,
+            ``"ensemble"``, ``"svi"``, ``"radial"``, the SG-MCMC backends — their MAP starts stacked, then each
+            fit's chains).
         seeds: K seeds (default ``0, 1, ..., K−1``): fit k's minibatch order and random draws.
         progress: one tqdm bar for the batch.
         **options: the backend's options, shared by every fit (see its ``Config``).
@@ -236,7 +241,8 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
                          f"{len(ys)} y and {len(seeds)} seeds")
     if len({id(b) for b in bnns}) != len(bnns):
         raise ValueError("fit_many needs a separate model per fit (the same BayesianNetwork was given twice)")
-    config = parse_config(get_backend(backend), options)
+    engine = get_backend(backend)
+    config = parse_config(engine, options)
     data = []
     for k, (bnn, x, y) in enumerate(zip(bnns, xs, ys)):
         if isinstance(bnn, BayesianNetwork):
@@ -257,4 +263,4 @@ def fit_many(bnns: Sequence[BayesianNetwork], xs: Sequence, ys: Sequence, backen
     with contextlib.ExitStack() as stack:
         for bnn in bnns:
             stack.enter_context(preserved_session(bnn))
-        return STACKED_BACKENDS[backend](bnns, xs, ys, config, seeds, bool(progress))
+        return engine.fit_stacked(bnns, xs, ys, config, seeds, bool(progress))

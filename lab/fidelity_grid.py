@@ -24,7 +24,9 @@ import math
 
 from .grid_runs import GridRun, available_backends, run_key
 from .reference_problems import PROBLEMS, head_spec
-from .uci_grids import UCI_BACKENDS, UCI_BATCH, UCI_STEPS, bdl_options
+from inference.backends import get_backend
+
+from .uci_grids import BDL_METHODS, UCI_BACKENDS, UCI_BATCH, UCI_STEPS, bdl_options
 
 __all__ = ["fidelity_grid", "tuned_options", "figure", "FIDELITY_METRICS", "SEEDS"]
 
@@ -36,22 +38,22 @@ FIDELITY_METRICS = ("fidelity_w2", "fidelity_w2_noise_floor", "fidelity_total_va
 #: a long NUTS run (the tuned setting), shorter than a reference's
 TUNED_NUTS = {"num_chains": 4, "warmup_steps": 300, "num_samples": 200, "max_tree_depth": 10, "target_accept": 0.9,
               "time_budget": None}
+#: the samplers' tuned settings: uci-benchmark's SGLD and the long NUTS run
+TUNED_SAMPLERS = {"sgld": UCI_BACKENDS["sgld"][0], "nuts": TUNED_NUTS}
 
 
 def tuned_options(backend: str, n_train: int):
     """RunSpec fields of ``backend``'s tuned setting on ``n_train`` points, or ``None`` (no tuned setting: the
     defaults only).  Minibatch budgets follow ``bdl-baselines`` (about :data:`lab.uci_grids.UCI_STEPS` steps
     of :data:`lab.uci_grids.UCI_BATCH`)."""
+    if backend in TUNED_SAMPLERS:
+        return {"backend_options": dict(TUNED_SAMPLERS[backend])}
+    if backend not in {method_backend for method_backend, _ in BDL_METHODS.values()}:
+        return None  # in none of the project's grids: no tuned setting
     epochs = math.ceil(UCI_STEPS / math.ceil(n_train / UCI_BATCH))
-    if backend in ("map", "ensemble", "mc-dropout", "swag", "multiswag", "laplace"):
-        return bdl_options(backend, epochs)
-    if backend in ("svi", "radial"):
+    if get_backend(backend).budget == "elbo":
         return {"epochs": epochs, "batch_size": UCI_BATCH}
-    if backend == "sgld":
-        return {"backend_options": dict(UCI_BACKENDS["sgld"][0])}
-    if backend == "nuts":
-        return {"backend_options": dict(TUNED_NUTS)}
-    return None
+    return bdl_options(backend, epochs)
 
 
 def _built_references(note=print) -> dict:

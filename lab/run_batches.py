@@ -20,7 +20,8 @@ from typing import Optional
 
 import torch
 
-from inference.fitting import STACKED_BACKENDS, fit_many
+from inference.backends import stacked_backends
+from inference.fitting import fit_many
 from inference.posterior import to_jsonable
 from zoo.data import load_dataset
 
@@ -47,7 +48,7 @@ class RunBatch:
 def batch_key(run: GridRun) -> Optional[str]:
     """What runs must share to be stacked (their spec but split and seed), or ``None`` for a run fitted alone."""
     spec = run.spec
-    if spec.backend not in STACKED_BACKENDS or run.dataset is not None or run.after is not None \
+    if spec.backend not in stacked_backends() or run.dataset is not None or run.after is not None \
             or spec.prune != "none":
         return None
     identity = {k: v for k, v in spec.to_dict().items() if k not in ("split", "seed")}

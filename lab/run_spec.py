@@ -122,7 +122,7 @@ def validate_spec(spec: RunSpec) -> None:
     if spec.hidden is not None and not all(isinstance(h, int) and h >= 1 for h in spec.hidden):
         raise ValueError(f"hidden widths must be positive integers, got {spec.hidden!r}")
     if spec.prune != "none":  # refused before the fit, not after it
-        prunable = [n for n, e in BACKENDS.items() if "prune_threshold" in {f.name for f in dataclasses.fields(e.Config)}]
+        prunable = [n for n, e in BACKENDS.items() if e.prunes]
         if spec.backend not in prunable or spec.stochastic == "none":
             raise ValueError(f"--prune {spec.prune} needs random weights fitted by a variational-family backend "
                              f"({', '.join(prunable)}); got --backend {spec.backend} --stochastic {spec.stochastic}")

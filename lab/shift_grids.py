@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from inference.backends import get_backend
 from lab.run_spec import RunSpec
 from zoo.data import load_uci
 
@@ -38,13 +39,12 @@ SHIFT_SEEDS = (0, 1, 2)
 #: the variational families' epochs on digits are this multiple of the MAP's (bdl-baselines' svi / radial rows);
 #: on UCI they are the MAP's (uci-benchmark's protocol)
 _VI_FACTOR = 4
-_VARIATIONAL = ("svi", "svi-lrt", "graves", "sparse-vd", "kingma-vd", "radial")
 
 
 def _budget(backend: str, epochs: int, vi_factor: int = 1) -> dict:
     """RunSpec fields of a fit whose MAP part takes ``epochs`` of minibatches of 128 (the variational
     families ``vi_factor`` times as many)."""
-    if backend in _VARIATIONAL:
+    if get_backend(backend).budget == "elbo":
         return {"epochs": epochs * vi_factor, "batch_size": UCI_BATCH}
     return bdl_options(backend, epochs)
 

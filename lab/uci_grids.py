@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inference.backends import get_backend
 from lab.run_spec import RunSpec
 from zoo.data import BUNDLED_UCI, load_uci
 
@@ -62,7 +63,7 @@ def uci_cells(fast: bool, data_root) -> list:
 
 def uci_run(split, data, name, epochs, backend, stochastic, options, likelihood="gaussian") -> GridRun:
     """One UCI run of the shared protocol; identical specs get identical keys in every UCI grid."""
-    variational = backend in ("svi", "radial")
+    variational = get_backend(backend).budget == "elbo"  # the variational loop: epochs of minibatches
     spec = RunSpec(data=data, model="mlp", hidden=[50], stochastic=stochastic, backend=backend, split=split,
                    likelihood=likelihood, backend_options=dict(options), epochs=epochs if variational else None,
                    batch_size=UCI_BATCH if variational else None)
@@ -114,11 +115,12 @@ def bdl_options(backend: str, epochs: int) -> dict:
     """RunSpec fields of a baseline fit whose MAP part takes ``epochs`` (≈ :data:`UCI_STEPS` steps):
     ensemble members and SWAG burn-ins take half of it each (5 members: Lakshminarayanan et al. 2017,
     Wilson & Izmailov 2020), Laplace fits its MAP with its own full-batch ``map_steps``."""
-    if backend in ("map", "mc-dropout"):
+    budget = get_backend(backend).budget  # what the backend declares (inference.backends.base.BUDGETS)
+    if budget == "map":
         return {"epochs": epochs, "batch_size": UCI_BATCH}
-    if backend == "ensemble":
+    if budget == "members":
         return {"epochs": max(epochs // 2, 1), "batch_size": UCI_BATCH}
-    if backend in ("swag", "multiswag"):
+    if budget == "swag":
         return {"epochs": BDL_SWAG_EPOCHS, "batch_size": UCI_BATCH,
                 "backend_options": {"burnin_epochs": max(epochs // 2, 1)}}
     return {}
@@ -148,7 +150,7 @@ def bdl_grid(fast: bool, data_root) -> list:
     for seed in (0,) if fast else (0, 1, 2):
         for method, (backend, stochastic) in methods.items():
             options = bdl_options(backend, BDL_DIGITS_EPOCHS)
-            if backend in ("svi", "radial"):
+            if get_backend(backend).budget == "elbo":
                 options = {"epochs": BDL_DIGITS_EPOCHS * 4, "batch_size": UCI_BATCH}
             spec = RunSpec(data="digits", model="lenet300100", stochastic=stochastic, backend=backend, seed=seed,
                            **options)

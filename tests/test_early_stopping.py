@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from inference.evaluation.metrics import evaluate
 from inference.fitting import fit
-from inference.multifit.blockers import batch_blocker
+from inference.fitting import batch_blocker
 from inference.backends import get_backend, parse_config
 from inference.optim.early_stopping import ValidationMonitor, default_patience, held_out_split, uses_early_stopping
 from zoo.architectures import build_architecture

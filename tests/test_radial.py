@@ -10,12 +10,8 @@ import torch
 from inference import fit
 from inference.variational.elbo import elbo_terms
 from inference.variational.guides import build_guide
-from inference.variational.radial import (
-    AutoRadial,
-    RadialNormal,
-    radial_cross_entropy,
-    radial_entropy_constant,
-)
+from inference.variational.radial import AutoRadial, RadialNormal, radial_cross_entropy
+from inference.variational.radial_kl import radial_entropy_constant
 from zoo import BayesianNetwork, GaussianLikelihood, LaplacePrior, PretrainedNormalPrior
 from zoo.priors import Prior
 

@@ -30,15 +30,55 @@ from inference.optim.training import LoopOptions, NonFiniteLossError
 #: the largest integer option accepted (epochs, samples, steps, ...): more could not finish
 MAX_COUNT = 10**9
 
-__all__ = ["Backend", "NonFiniteLossError", "parse_config", "check_fit_size", "check_training_data", "check_loader",
+__all__ = ["Backend", "BUDGETS", "TASKS", "NonFiniteLossError", "parse_config", "check_fit_size", "check_training_data", "check_loader",
            "minibatches"]
 
 
+#: how a grid sizes a backend's training (:attr:`Backend.budget`): ``"elbo"`` epochs of minibatches of the
+#: variational loop; ``"map"`` epochs of MAP minibatches; ``"members"`` MAP members (each a share of the MAP
+#: epochs); ``"swag"`` a MAP burn-in then SWAG epochs; ``"map-steps"`` its own full-batch MAP steps (Laplace);
+#: ``"chains"`` Markov chains (their own step counts); ``"protocol"`` its paper's own budget
+BUDGETS = ("elbo", "map", "members", "swag", "map-steps", "chains", "protocol")
+#: the data tasks a backend can fit (:attr:`Backend.tasks`)
+TASKS = ("regression", "classification")
+
+
 class Backend:
-    """Base class of inference backends (one file per backend)."""
+    """Base class of inference backends (one file per backend).
+
+    A backend declares what it can do on itself, as class attributes (the backend table,
+    :data:`inference.backends.BACKENDS`, is read through them; no caller compares backend names):
+
+    Attributes:
+        name: the registry name.
+        Config: the dataclass of its options.
+        budget: how a grid sizes its training (one of :data:`BUDGETS`).
+        tasks: the data tasks it fits (every backend fits every likelihood of these tasks).
+        regression_likelihood: the likelihood a run on regression data gets when it names none (``None``:
+            the default ``gaussian``).
+        prunes: it fits a family with a pruning rule (the ``prune_threshold`` option; ``--prune`` applies).
+        fit_stacked: ``fit_stacked(bnns, xs, ys, config, seeds, progress) -> [Posterior | NonFiniteLossError]``,
+            K fits as one stacked program (:func:`inference.fit_many`), or ``None`` (no stacked engine).
+        stacks_trained_body: its stacked engine also stacks trained deterministic parameters (a last-layer
+            model's body).
+        stacks_weight_priors: its stacked engine stacks each fit's own Normal weight-prior parameters (so fits
+            need equal latent priors only, :func:`inference.fitting.batch_signature`).
+    """
 
     name: str = ""
     Config: type = object
+    budget: str = "chains"
+    tasks: tuple = TASKS
+    regression_likelihood: typing.Optional[str] = None
+    prunes: bool = False
+    fit_stacked: typing.Optional[typing.Callable] = None
+    stacks_trained_body: bool = False
+    stacks_weight_priors: bool = False
+
+    def stack_blocker(self, bnn, config) -> typing.Optional[str]:
+        """Why a fit of this backend cannot join a stacked batch beyond the model's own reasons
+        (:func:`inference.multifit.blockers.model_blocker`), or ``None``."""
+        return None
 
     @property
     def accepts_loader(self) -> bool:

@@ -178,6 +178,7 @@ class DeepEnsembleBackend(Backend):
     name = "deep-ensemble"
     Config = DeepEnsembleConfig
     accepts_loader = False
+    budget = "protocol"
     #: the likelihood :mod:`lab.run_spec` builds for regression data when the run names none
     regression_likelihood = "heteroscedastic"
 

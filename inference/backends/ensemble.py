@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
+from inference.ensembles.stacked import ensemble_stack_blocker, fit_ensemble_stacked
 from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
 from inference.optim.map import fit_map
 from inference.posterior import SamplePosterior
@@ -64,6 +65,9 @@ class EnsembleBackend(Backend):
     name = "ensemble"
     Config = EnsembleConfig
     accepts_loader = True
+    budget = "members"
+    fit_stacked = staticmethod(fit_ensemble_stacked)  # K runs' K·M members at once
+    stack_blocker = staticmethod(ensemble_stack_blocker)
 
     def run(self, bnn, x, y, config: EnsembleConfig, seed: int, progress: bool) -> SamplePosterior:
         if not uses_early_stopping(bnn, config, x):

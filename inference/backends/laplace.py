@@ -191,6 +191,7 @@ class LaplaceBackend(Backend):
 
     name = "laplace"
     Config = LaplaceConfig
+    budget = "map-steps"
 
     def run(self, bnn, x, y, config, seed, progress):
         with evaluation_mode(bnn.net):  # the network's modes are given back after the fit

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
 from inference.optim.map import MAPOptions, fit_map, run_info, stack_members
+from inference.optim.stacked_map import fit_map_stacked, map_stack_blocker
 from inference.optim.training import NonFiniteLossError
 from inference.posterior import SamplePosterior
 from inference.backends.base import Backend
@@ -47,6 +48,10 @@ class MAPBackend(Backend):
     name = "map"
     Config = MAPConfig
     accepts_loader = True
+    budget = "map"
+    fit_stacked = staticmethod(fit_map_stacked)
+    stack_blocker = staticmethod(map_stack_blocker)
+    stacks_trained_body = True
 
     def run(self, bnn, x, y, config: MAPConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()

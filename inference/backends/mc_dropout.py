@@ -136,6 +136,7 @@ class MCDropoutBackend(Backend):
     name = "mc-dropout"
     Config = MCDropoutConfig
     accepts_loader = True  # the MAP fit reads a DataLoader's batches
+    budget = "map"
 
     def run(self, bnn, x, y, config: MCDropoutConfig, seed: int, progress: bool) -> SamplePosterior:
         started = time.perf_counter()

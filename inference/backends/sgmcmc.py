@@ -58,7 +58,7 @@ from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.map import MAPOptions
 from inference.optim.start import MAP_BATCH_SIZE, initial_point, map_epochs
 from inference.optim.training import NonFiniteLossError
-from inference.multifit.stacked_map import fit_map_starts
+from inference.optim.stacked_map import fit_map_starts
 from inference.backends.base import Backend
 
 __all__ = [
@@ -84,6 +84,7 @@ class SGMCMCBackend(Backend):
     with N = ``len(loader.dataset)``."""
 
     accepts_loader = True
+    stacks_trained_body = True
 
     def kernel(self, value_and_grad: Callable, config, num_data: int) -> Kernel:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -116,9 +117,15 @@ class SGMCMCBackend(Backend):
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
         return self._run(bnn, x, y, config, seed, progress)
 
-    def run_stacked(self, bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
+    def stack_blocker(self, bnn, config) -> Optional[str]:
+        if config.init != "map" or config.map_steps <= 0:
+            return f"{self.name} starts from the network's weights (init={config.init!r}, " \
+                   f"map_steps={config.map_steps}): no MAP start to stack"
+        return None
+
+    def fit_stacked(self, bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
         """K fits (:func:`inference.fit_many`): their MAP starts as one stacked program
-        (:func:`~inference.multifit.stacked_map.fit_map_starts`, the options :func:`initial_point` uses), then
+        (:func:`~inference.optim.stacked_map.fit_map_starts`, the options :func:`initial_point` uses), then
         each fit's chains from its start as :meth:`run` runs them.  Per fit a posterior or the
         :class:`NonFiniteLossError` that stopped it; ``info["map_seconds"]`` is the fit's share of the stacked start."""
         started = time.perf_counter()

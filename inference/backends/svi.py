@@ -27,6 +27,7 @@ from inference.posterior import VariationalPosterior
 from inference.variational.elbo_paths import check_elbo_path, choose_elbo_path, elbo_particle, elbo_path_info
 from inference.variational.fit import fit_guide
 from inference.variational.guides import GUIDES
+from inference.variational.stacked_svi import fit_svi_stacked, svi_stack_blocker
 
 __all__ = ["SVIConfig", "SVIBackend"]
 
@@ -56,6 +57,11 @@ class SVIConfig(LoopOptions):
 class SVIBackend(Backend):
     name = "svi"
     Config = SVIConfig
+    budget = "elbo"
+    fit_stacked = staticmethod(fit_svi_stacked)  # the fused path (the default guide, Normal weight priors)
+    stack_blocker = staticmethod(svi_stack_blocker)
+    stacks_trained_body = True
+    stacks_weight_priors = True
 
     def run(self, bnn, x, y, config: SVIConfig, seed: int, progress: bool) -> VariationalPosterior:
         guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}

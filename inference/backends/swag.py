@@ -134,6 +134,7 @@ class SWAGBackend(Backend):
 
     name = "swag"
     Config = SWAGConfig
+    budget = "swag"
 
     def run(self, bnn, x, y, config, seed, progress):
         started = time.perf_counter()

@@ -50,6 +50,7 @@ from inference.variational.guides import stock_model_blocker
 from inference.variational.meanfield import ESTIMATORS
 from inference.variational.protocol import SNR_RULE
 from inference.variational.radial_kl import resolve_mc_kl
+from inference.variational.stacked_radial import fit_radial_stacked, radial_stack_blocker
 
 __all__ = [
     "MeanFieldConfig",
@@ -226,6 +227,8 @@ class _VariationalBackend(Backend):
     with ``resolved(steps_per_epoch)`` (:class:`DropoutVDConfig`) gets its training length from the data."""
 
     guide_name = ""
+    budget = "elbo"
+    prunes = True  # the family's pruning rule (prune_threshold)
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> VariationalPosterior:
         if not bnn.sites:
@@ -280,6 +283,10 @@ class RadialBackend(_VariationalBackend):
     name = "radial"
     Config = RadialConfig
     guide_name = "radial"
+    fit_stacked = staticmethod(fit_radial_stacked)  # the fused path with the exact cross-entropy
+    stack_blocker = staticmethod(radial_stack_blocker)
+    stacks_trained_body = True
+    stacks_weight_priors = True
 
     def _guide_kwargs(self, config):
         return {

@@ -10,9 +10,10 @@ Deterministic parameters, which one network shares across draws, are fitted join
 and held at its values while members 1..K−1 fit their random sites; with every parameter random, or
 the deterministic ones frozen, all members are independent.  The members run one of three ways:
 
-* as one stacked program (:func:`inference.multifit.stacked_map.fit_map_members`: weights ``[K, ...]``, one
+* as one stacked program (:func:`inference.optim.stacked_map.fit_map_members`: weights ``[K, ...]``, one
   forward pass and one Adam for all), when ``vectorise`` is set, the data are tensors, the members run
-  in this process and the model stacks (:func:`inference.multifit.blockers.batch_blocker`);
+  in this process and the model stacks (:func:`inference.multifit.blockers.model_blocker`,
+  :func:`inference.ensembles.stacked.ensemble_stack_blocker`);
 * in ``workers`` local processes or as Ray tasks (:func:`inference.workers.run_calls`);
 * one after another in this process (the only way from a DataLoader's batches).
 
@@ -30,8 +31,9 @@ from inference.optim.batches import LoaderBatches
 from inference.optim.map import MAPFit, MAPOptions, fit_map, run_info, stack_members
 from inference.optim.potential import frozen_deterministic
 from inference.optim.training import NonFiniteLossError
-from inference.multifit.blockers import batch_blocker
-from inference.multifit.stacked_map import fit_map_members
+from inference.ensembles.stacked import ensemble_stack_blocker
+from inference.multifit.blockers import model_blocker
+from inference.optim.stacked_map import fit_map_members
 from inference.posterior import SamplePosterior
 from inference.workers import run_calls
 
@@ -101,7 +103,8 @@ def fit_ensemble(bnn, x, y, config: EnsembleOptions, seed: int, progress: bool) 
     members = list(range(config.num_members))
     results = []
     vectorised = (config.vectorise and not config.parallel and not isinstance(x, LoaderBatches)
-                  and batch_blocker(bnn, "ensemble", config) is None)  # the members share one body: not stacked
+                  and model_blocker(bnn, trained_body=False) is None  # the members share one body: not stacked
+                  and ensemble_stack_blocker(bnn, config) is None)
     if vectorised:  # the members as one stacked program
         starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + k) for k in members[1:]]
         fits, steps = fit_map_members(bnn, x, y, config, [seed + k for k in members], starts, progress)

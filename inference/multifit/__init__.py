@@ -8,15 +8,21 @@ its own data, minibatch order and random numbers (:mod:`inference.multifit.stack
 result is what ``fit(bnns[k], xs[k], ys[k], backend=..., seed=seeds[k], **options)`` returns, up to
 float rounding (same seed, same protocol; tested in ``tests/test_multifit.py``).
 
-Backends with a stacked engine: ``map`` and ``ensemble`` (its K·M members; :mod:`inference.multifit.stacked_map`),
-``svi`` on its fused ELBO path (the default mean-field Normal guide, Normal weight priors;
-:mod:`inference.multifit.stacked_svi`), ``radial`` on its fused path with the exact cross-entropy
-(Normal weight priors; :mod:`inference.multifit.stacked_radial`), and the SG-MCMC backends, whose MAP starts are
-stacked (:func:`~inference.multifit.stacked_map.fit_map_starts`) before each fit's chains run on their own.
-:func:`~inference.multifit.blockers.batch_blocker` says why a fit cannot join a batch (then it runs one at a time, as before):
-another backend or ELBO path, no random weights, trainable deterministic parameters (one network shared by all
-draws; ``map``, ``svi``, ``radial`` and the samplers' starts stack each fit's own, the body of a last-layer model),
-partially random parameters, layers that are random at training time (dropout, batch norm) or
-without ``vmap`` rules, or a model that overrides the Pyro program.  Fits in one batch must also
-have the same data size N, the same site shapes, likelihood and (MAP) priors (:func:`inference.fitting.batch_signature`).
+This folder holds the generic machinery only — stacking module state and data, the loop over K fits'
+parameters, their streams of minibatches (:mod:`inference.multifit.stacked`) and which models can be
+stacked at all (:mod:`inference.multifit.blockers`).  Each family owns its stacked fit, which calls the
+same maths as its single fit: ``map`` (:mod:`inference.optim.stacked_map`, the one MAP step of
+:func:`inference.optim.map.map_objective`), ``ensemble`` (its K·M members, :mod:`inference.ensembles.stacked`),
+``svi`` on its fused ELBO path (:mod:`inference.variational.stacked_svi`, the one Gaussian KL
+:func:`inference.variational.families.normal_kl`), ``radial`` on its fused path with the exact cross-entropy
+(:mod:`inference.variational.stacked_radial`, the one Radial KL of :mod:`inference.variational.radial_kl`), and
+the SG-MCMC backends, whose MAP starts are stacked (:func:`~inference.optim.stacked_map.fit_map_starts`) before
+each fit's chains run on their own.  A backend declares its stacked fit on itself
+(:attr:`~inference.backends.base.Backend.fit_stacked`); :func:`inference.fitting.batch_blocker` says why a fit
+cannot join a batch (then it runs one at a time): a backend without a stacked engine, another ELBO path, no
+random weights, trainable deterministic parameters where the engine does not stack them (``map``, ``svi``,
+``radial`` and the samplers' starts stack each fit's own body of a last-layer model), partially random
+parameters, layers that are random at training time (dropout, batch norm) or without ``vmap`` rules, or a model
+that overrides the Pyro program.  Fits in one batch must also have the same data size N, the same site shapes,
+likelihood and (MAP) priors (:func:`inference.fitting.batch_signature`).
 """

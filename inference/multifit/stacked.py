@@ -78,7 +78,7 @@ def stacked_forward(bnn, body: bool = False) -> Callable:
     deep-ensemble backend runs its members (``_Members.outputs``).  With ``body``, the signature is
     ``forward(values, body {name: [K, *shape]}, x)``: fit k's trained deterministic parameters too
     (:func:`stacked_body`).  Networks without ``vmap`` rules are not stacked
-    (:func:`inference.multifit.blockers.batch_blocker`)."""
+    (:func:`inference.fitting.batch_blocker`)."""
     if body:
         return vmap(lambda values, params, x: bnn.forward_single(values, x, parameters=params),
                     in_dims=(0, 0, 0), randomness="different")

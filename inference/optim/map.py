@@ -21,6 +21,7 @@ prior's support) without a Jacobian term, so the optimum is the MAP of the const
 density.
 
 * :class:`MAPOptions` — the optimiser options of a MAP fit (the ``map`` backend's config and its kin);
+* :func:`map_objective` — the objective of one step (single and stacked fits);
 * :func:`fit_map` — one MAP fit, a :class:`MAPFit` (the site values and the per-epoch history);
 * :func:`stack_members` — K fits as draws ``{site: [K, 1, ...]}`` (one chain per fit);
 * :func:`run_info` — the ``posterior.info`` record of a MAP-family fit.
@@ -40,7 +41,7 @@ from inference.optim.batches import LoaderBatches, as_batches, loader_info
 from inference.optim.potential import Potential
 from inference.optim.training import HISTORY_KEYS, LoopOptions, OptimiserOptions, run_training_loop
 
-__all__ = ["MAPOptions", "MAPFit", "fit_map", "stack_members", "run_info"]
+__all__ = ["MAPOptions", "MAPFit", "map_objective", "fit_map", "stack_members", "run_info"]
 
 
 @dataclass
@@ -60,6 +61,20 @@ class MAPFit:
 
     values: dict
     history: dict
+
+
+def map_objective(log_lik: torch.Tensor, values: dict, priors: dict, num_data: int, batch_rows: int,
+                  prior_weights: Optional[dict] = None) -> tuple:
+    """The one MAP step's objective: ``((N/n) log_lik, −log p(w_s, θ))`` of a minibatch of n of N rows.
+
+    ``log_lik``: Σ_batch of the likelihood's training objective (a scalar, or ``[K]`` for K stacked fits);
+    ``values``: ``{site: value}`` (constrained; ``[K, *shape]`` when stacked), ``priors`` their prior
+    distributions (event shape = site shape, so ``log_prob`` gives one number per fit); ``prior_weights``
+    ``{site: c}`` multiplies a site's log prior (default 1).  Used by :func:`fit_map` and by the stacked MAP
+    fits (:mod:`inference.optim.stacked_map`)."""
+    log_prior = sum((1.0 if prior_weights is None else prior_weights[n]) * priors[n].log_prob(v)
+                    for n, v in values.items())
+    return (num_data / batch_rows) * log_lik, -log_prior
 
 
 def fit_map(
@@ -113,8 +128,7 @@ def fit_map(
         current = values()
         f = bnn.forward_single({s.name: current[s.name] for s in bnn.sites}, xb)
         log_lik = bnn.likelihood.training_log_prob(f.unsqueeze(0), yb, bnn.latents_of(current)).sum()
-        log_prior = sum(weights[n] * potential.priors[n].log_prob(v) for n, v in current.items())
-        return (num_data / xb.shape[0]) * log_lik, -log_prior
+        return map_objective(log_lik, current, potential.priors, num_data, xb.shape[0], weights)
 
     def result() -> MAPFit:
         with torch.no_grad():

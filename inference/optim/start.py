@@ -88,7 +88,7 @@ def initial_point(
 
     ``fitted``: the site values ``fit_map`` returns for this start (``{site: value}``; the deterministic
     parameters already in the network), computed elsewhere — K starts stacked by
-    :func:`inference.multifit.stacked_map.fit_map_starts` — and used instead of fitting here.
+    :func:`inference.optim.stacked_map.fit_map_starts` — and used instead of fitting here.
 
     The record holds ``init``, ``init_log_density`` and, for a MAP fit, ``map_steps`` (the budget in whole
     epochs), ``map_seconds`` and ``map_lr``.

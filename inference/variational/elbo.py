@@ -19,7 +19,6 @@ backward pass, and the network run once (used by :class:`inference.variational.g
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -29,6 +28,8 @@ from pyro import poutine
 from pyro.distributions import Delta
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import Normal, biject_to, kl_divergence
+
+from inference.variational.families import normal_kl_sum
 
 __all__ = ["ElboTerms", "elbo_terms", "NormalFactor", "mean_field_normal_elbo_terms"]
 
@@ -119,9 +120,9 @@ class _SoftplusNormalDraw(torch.autograd.Function):
 
     The KL is the closed form (Kingma & Welling 2014, appendix B; Blundell et al. 2015)
 
-        KL = Σ_i log(s / σ_i) + (σ_i² + (μ_i − m)²) / (2 s²) − ½,
+        KL = Σ_i log(s / σ_i) + (σ_i² + (μ_i − m)²) / (2 s²) − ½
 
-    and the backward pass is written out, so each site costs a handful of element-wise passes and
+    (:func:`inference.variational.families.normal_kl_sum`, the family's one Gaussian KL), and the backward pass is written out, so each site costs a handful of element-wise passes and
     no autograd graph:  ∂/∂μ = g_w + g_KL (μ − m)/s²,  ∂/∂ρ = (g_w ε + g_KL (σ/s² − 1/σ)) · sigmoid(ρ).
     σ is computed as log1p(e^ρ) and sigmoid(ρ) as e^ρ / (1 + e^ρ) from the same e^ρ (equal to
     ``F.softplus`` below its threshold; e^ρ overflows, and the loop stops on the non-finite loss,
@@ -139,16 +140,7 @@ class _SoftplusNormalDraw(torch.autograd.Function):
             sigma = torch.log1p(exp_raw)  # softplus(ρ): these two vectorised passes beat F.softplus
             exps.append(exp_raw)
             weights.append(torch.addcmul(loc, sigma, eps))
-            diff = loc - m if isinstance(m, torch.Tensor) or m != 0.0 else loc
-            if isinstance(s, torch.Tensor):
-                kl = kl + (torch.log(s / sigma) + (sigma * sigma + diff * diff) / (2 * s * s) - 0.5).sum()
-            else:
-                flat_sigma, flat_diff = sigma.reshape(-1), diff.reshape(-1)
-                kl = kl + (
-                    flat_sigma.numel() * (math.log(s) - 0.5)
-                    - torch.log(flat_sigma).sum()
-                    + (torch.dot(flat_sigma, flat_sigma) + torch.dot(flat_diff, flat_diff)) / (2 * s * s)
-                )
+            kl = kl + normal_kl_sum(loc, sigma, m, s)  # the family's one Gaussian KL
             sigmas.append(sigma)
         ctx.priors, ctx.noise = priors, noise
         ctx.save_for_backward(*params, *sigmas, *exps)

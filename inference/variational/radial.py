@@ -44,6 +44,7 @@ from inference.variational.radial_kl import (
     MC_KL_ESTIMATORS,
     _normal_cross_entropy,
     radial_cross_entropy,
+    radial_entropy_constant,
     radial_noise_chunks,
     resolve_mc_kl,
 )
@@ -52,20 +53,11 @@ __all__ = [
     "RadialNormal",
     "AutoRadial",
     "MC_KL_ESTIMATORS",
-    "radial_entropy_constant",
     "radial_noise",
     "radial_noise_chunks",
     "radial_cross_entropy",
     "resolve_mc_kl",
 ]
-
-_EULER_GAMMA = 0.5772156649015329
-
-
-def radial_entropy_constant(dim: int) -> float:
-    """H(ξ) of the D-dimensional radial noise ξ = r ε/‖ε‖ (so H(q) = Σ log σ + this)."""
-    log_sphere = math.log(2.0) + 0.5 * dim * math.log(math.pi) - math.lgamma(0.5 * dim)
-    return 0.5 * math.log(math.pi * math.e / 2) + log_sphere - 0.5 * (dim - 1) * (_EULER_GAMMA + math.log(2.0))
 
 
 def radial_noise(shape: torch.Size, event_dim: int, like: torch.Tensor,

@@ -38,6 +38,8 @@ __all__ = [
     "DEFAULT_MC_KL_SAMPLES",
     "radial_noise_chunks",
     "radial_cross_entropy",
+    "radial_entropy_constant",
+    "radial_exact_kl_rows",
     "resolve_mc_kl",
 ]
 
@@ -72,6 +74,36 @@ def resolve_mc_kl(mc_kl_samples: Optional[int], mc_kl_estimator: Optional[str]) 
     return (DEFAULT_MC_KL_SAMPLES if mc_kl_samples is None else int(mc_kl_samples)), mc_kl_estimator
 
 
+_EULER_GAMMA = 0.5772156649015329
+
+
+def radial_entropy_constant(dim: int) -> float:
+    """H(ξ) of the D-dimensional radial noise ξ = r ε/‖ε‖ (so H(q) = Σ log σ + this)."""
+    log_sphere = math.log(2.0) + 0.5 * dim * math.log(math.pi) - math.lgamma(0.5 * dim)
+    return 0.5 * math.log(math.pi * math.e / 2) + log_sphere - 0.5 * (dim - 1) * (_EULER_GAMMA + math.log(2.0))
+
+
+def _exact_quad(centred: torch.Tensor, scale: torch.Tensor, dim: int) -> torch.Tensor:
+    """(μ_i − m_i)² + σ_i² E ξ_i², with E ξ_i² = 1/D: the exact quadratic term of the cross-entropy."""
+    return centred * centred + scale * scale / dim
+
+
+def _cross_entropy_terms(quad: torch.Tensor, prior_scale: torch.Tensor) -> torch.Tensor:
+    """Elementwise log s_i + ½ log 2π + quad_i / (2 s_i²) (a tensor prior sd)."""
+    return torch.log(prior_scale) + 0.5 * math.log(2 * math.pi) + quad / (2 * prior_scale**2)
+
+
+def radial_exact_kl_rows(loc: torch.Tensor, log_scale: torch.Tensor, prior_loc, prior_scale) -> torch.Tensor:
+    """``[K]`` KL of K Radial factors (row k of ``loc``, ``log_scale`` ``[K, *shape]``, D entries per row) from
+    their Normal priors N(m, p²) (floats or ``[K, *shape]``), with the exact cross-entropy:
+    KL = Σ_i [log p_i + ½ log 2π + ((μ_i − m_i)² + σ_i²/D) / (2 p_i²)] − Σ_i log σ_i − H(ξ_D), σ = e^{log σ}
+    (the stacked fits, :mod:`inference.variational.stacked_radial`; the terms of :func:`radial_cross_entropy`)."""
+    count, dim = loc.shape[0], max(1, loc[0].numel())
+    p = torch.as_tensor(prior_scale, dtype=loc.dtype, device=loc.device).expand_as(loc)
+    cross = _cross_entropy_terms(_exact_quad(loc - prior_loc, torch.exp(log_scale), dim), p)
+    return (cross - log_scale).reshape(count, -1).sum(1) - radial_entropy_constant(dim)
+
+
 def _normal_cross_entropy(loc: torch.Tensor, scale: torch.Tensor, prior_loc, prior_scale,
                           moments: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
     """Σ_i log s_i + ½ log 2π + [(μ_i−m_i)² + 2(μ_i−m_i)σ_i ξ̄_i + σ_i² (ξ²)‾_i] / (2 s_i²) for a Normal
@@ -87,10 +119,10 @@ def _normal_cross_entropy(loc: torch.Tensor, scale: torch.Tensor, prior_loc, pri
                     + torch.dot(flat_s * flat_s, moments[1].reshape(-1)))
         return loc.numel() * (math.log(prior_scale) + 0.5 * math.log(2 * math.pi)) + quad / (2 * prior_scale**2)
     if moments is None:
-        quad = centred * centred + scale * scale / max(1, loc.numel())
+        quad = _exact_quad(centred, scale, max(1, loc.numel()))
     else:
         quad = centred * centred + 2 * centred * scale * moments[0] + scale * scale * moments[1]
-    return (torch.log(prior_scale) + 0.5 * math.log(2 * math.pi) + quad / (2 * prior_scale**2)).sum()
+    return _cross_entropy_terms(quad, prior_scale).sum()
 
 
 def _draw_chunk(num: int, dim: int, options: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,12 +2,13 @@
 
 Fit k maximises its own ``log p(w_s, θ) + (N/n) Σ_batch log p(y | x, w_s, θ)`` from its own start
 (its network's weights or given values, the latents at their prior medians) on its own data and
-minibatch order (seed k); the stacked loop (:mod:`inference.multifit.stacked`) gives each fit the
-update it would get alone.  :func:`fit_map_stacked` returns what ``fit(bnns[k], xs[k], ys[k],
+minibatch order (seed k), with the objective of the one MAP step (:func:`inference.optim.map.map_objective`);
+the generic stacked loop (:mod:`inference.multifit.stacked`) gives each fit the update it would get alone.  :func:`fit_map_stacked` returns what ``fit(bnns[k], xs[k], ys[k],
 backend="map", seed=seeds[k])`` returns, up to float rounding (a point mass: one chain of one
 draw); :func:`fit_map_members` the :class:`~inference.optim.map.MAPFit` s of K members of one
 model on one data set (the ``ensemble`` backend's members, each its own start and seed);
-:func:`fit_ensemble_stacked` K ``ensemble`` runs (K·M members) at once.
+:func:`train_stacked` the trainer under them (K ``ensemble`` runs' K·M members at once:
+:func:`inference.ensembles.stacked.fit_ensemble_stacked`).
 """
 from __future__ import annotations
 
@@ -18,18 +19,25 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from inference.ensembles.initialisation import member_initial_values
-from inference.optim.map import MAPFit, run_info, stack_members
-from inference.posterior import SamplePosterior
+from inference.optim.early_stopping import uses_early_stopping
+from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
+                                        stacked_log_likelihood, write_body)
+from inference.optim.map import MAPFit, map_objective, run_info, stack_members
 from inference.optim.potential import Potential
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
-from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
-                                       stacked_log_likelihood, write_body)
+from inference.posterior import SamplePosterior
 
-__all__ = ["fit_map_stacked", "fit_map_starts", "fit_map_members", "fit_ensemble_stacked"]
+__all__ = ["fit_map_stacked", "fit_map_starts", "fit_map_members", "train_stacked", "map_stack_blocker"]
 
 
-def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool,
+def map_stack_blocker(bnn, config) -> Optional[str]:
+    """Why a ``map`` fit cannot join a stacked batch (the backend's own reason), or ``None``."""
+    if uses_early_stopping(bnn, config):
+        return "the fit chooses its epochs on its own held-out rows (early_stopping), then refits for that many"
+    return None
+
+
+def train_stacked(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool,
            desc: str, bnns: Optional[list] = None) -> tuple:
     """Train K MAP fits of ``template``'s layout from ``starts`` (``{site: value}`` each, weights; the latents
     start at their prior medians).  Returns ``(fits, stopped)``: a :class:`MAPFit` per fit (a stopped fit's
@@ -60,8 +68,7 @@ def _train(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, config, s
         weights = {s.name: current[s.name] for s in template.sites}
         f = forward(weights, body, xb) if body else forward(weights, xb)
         log_lik = stacked_log_likelihood(template.likelihood, f, yb, template.latents_of(current))
-        log_prior = sum(priors[name].log_prob(value).reshape(count, -1).sum(1) for name, value in current.items())
-        return (num_data / xb.shape[1]) * log_lik, -log_prior
+        return map_objective(log_lik, current, priors, num_data, xb.shape[1])  # [K] each: the one MAP step
 
     def on_stop(k, step, what):
         with torch.no_grad():
@@ -108,9 +115,9 @@ def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
 def fit_map_starts(bnns: list, xs: torch.Tensor, ys: torch.Tensor, options, seeds: list, progress: bool,
                    desc: str) -> tuple:
     """K MAP fits from the models' own weights, each model's trained body written into its network:
-    ``(fits, stopped)`` as :func:`_train` — fit k is :func:`inference.optim.map.fit_map` ``(bnns[k], xs[k], ys[k],
+    ``(fits, stopped)`` as :func:`train_stacked` — fit k is :func:`inference.optim.map.fit_map` ``(bnns[k], xs[k], ys[k],
     options, seeds[k])`` to float rounding (the samplers' start, :func:`inference.optim.start.initial_point`)."""
-    return _train(bnns[0], [bnn.initial_values() for bnn in bnns], xs, ys, options, seeds, progress, desc, bnns)
+    return train_stacked(bnns[0], [bnn.initial_values() for bnn in bnns], xs, ys, options, seeds, progress, desc, bnns)
 
 
 def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, starts: list,
@@ -118,41 +125,11 @@ def fit_map_members(bnn, x: torch.Tensor, y: torch.Tensor, config, seeds: list, 
     """K MAP fits of one model on one data set ``x, y`` ``[N, ...]`` from ``starts`` with ``seeds``.
 
     Member k is :func:`inference.optim.map.fit_map` ``(bnn, x, y, config, seeds[k], init_values=starts[k])``
-    to float rounding.  The model must train no deterministic parameters (:func:`inference.multifit.blockers.batch_blocker`).
+    to float rounding.  The model must train no deterministic parameters (:func:`inference.fitting.batch_blocker`).
     Returns ``(fits, stopped)``: a :class:`MAPFit` per member and per member ``None`` or the step at which its
     loss or gradient became non-finite (its fit then holds its last finite point).
     """
     count = len(starts)
     xs, ys = x.expand(count, *x.shape), y.expand(count, *y.shape)
-    fits, stopped = _train(bnn, starts, xs, ys, config, seeds, progress, f"ensemble x{count} (stacked)")
+    fits, stopped = train_stacked(bnn, starts, xs, ys, config, seeds, progress, f"ensemble x{count} (stacked)")
     return fits, [None if s is None else s[0] for s in stopped]
-
-
-def fit_ensemble_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
-    """K ``ensemble`` fits of M = ``config.num_members`` members each, all K·M MAP fits as one stacked program.
-
-    Run k's member m starts where :func:`~inference.ensembles.map_members.fit_ensemble` starts it (member 0 at
-    the network's weights, member m ≥ 1 at :func:`~inference.ensembles.initialisation.member_initial_values` under
-    seed k + m) and shuffles with seed k + m.  Returns per run a :class:`~inference.posterior.SamplePosterior`
-    of M chains, or a :class:`~inference.optim.training.NonFiniteLossError` carrying it when a member stopped.
-    """
-    started, members = time.perf_counter(), int(config.num_members)
-    starts, member_seeds = [], []
-    for bnn, seed in zip(bnns, seeds):
-        starts += [bnn.initial_values()] + [member_initial_values(bnn, int(seed) + m) for m in range(1, members)]
-        member_seeds += [int(seed) + m for m in range(members)]
-    fits, stopped = _train(bnns[0], starts, xs.repeat_interleave(members, 0), ys.repeat_interleave(members, 0),
-                           config, member_seeds, progress, f"ensemble {len(bnns)} x {members} members (stacked)")
-    seconds = (time.perf_counter() - started) / len(bnns)
-    results = []
-    for k, (bnn, seed) in enumerate(zip(bnns, seeds)):
-        own = fits[k * members:(k + 1) * members]
-        info = run_info("ensemble", config, int(seed), xs[k], started, num_chains=members, vectorised=True,
-                        member_seeds=member_seeds[k * members:(k + 1) * members], history=own[0].history,
-                        member_histories=[fit.history for fit in own], multifit={"fits": len(bnns), "index": k})
-        info["fit_seconds"] = seconds
-        posterior = SamplePosterior(bnn, stack_members(own), info=info)
-        failed = [(m, s) for m, s in enumerate(stopped[k * members:(k + 1) * members]) if s is not None]
-        results.append(posterior if not failed else NonFiniteLossError(
-            failed[0][1][0], f"the loss or gradient of ensemble member {failed[0][0]}", posterior))
-    return results

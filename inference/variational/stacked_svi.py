@@ -10,8 +10,9 @@ Each fit follows :func:`inference.variational.fit.fit_guide` with the default gu
 2. fit k's guide built as one fit builds it (under ``torch.manual_seed(seed_k)``), so its
    starting parameters are the one-at-a-time fit's;
 3. the KL-weighted ELBO of every fit per step (:func:`inference.variational.elbo.mean_field_normal_elbo_terms`
-   stacked): w = μ + softplus(ρ) ε, the closed-form Normal KL (Blundell et al. 2015), the latents'
-   one-sample log q − log p, the network once for all fits.
+   stacked): w = μ + softplus(ρ) ε, the closed-form Normal KL of the family
+   (:func:`inference.variational.families.normal_kl`, Blundell et al. 2015), the latents' one-sample
+   log q − log p, the network once for all fits.
 
 Random numbers: fit k draws its noise from its own generator, which continues the global stream
 its one-at-a-time fit would use (the state after its guide's construction), one ``normal_`` per
@@ -32,14 +33,17 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import biject_to
 
-from inference.variational.guides import build_guide
-from inference.optim.latent_fit import fit_latents
-from inference.posterior import VariationalPosterior
-from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
-                                       stacked_log_likelihood, stacked_normal_priors, write_body)
+                                        stacked_log_likelihood, stacked_normal_priors, write_body)
+from inference.optim.latent_fit import fit_latents
+from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
+from inference.posterior import VariationalPosterior
+from inference.variational.elbo_paths import choose_elbo_path
+from inference.variational.families import normal_kl
+from inference.variational.guides import build_guide
 
-__all__ = ["fit_svi_stacked", "pretrain_stacked", "stacked_guides", "stacked_noise", "latent_draw"]
+__all__ = ["fit_svi_stacked", "svi_stack_blocker", "pretrain_stacked", "stacked_guides", "stacked_noise",
+           "latent_draw"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -143,19 +147,18 @@ def latent_draw(loc: torch.Tensor, scale: torch.Tensor, log_scale: torch.Tensor,
     return z, log_q - prior.log_prob(z).reshape(count, -1).sum(1)
 
 
-def _normal_kl(loc, sigma, m, s) -> torch.Tensor:
-    """``[K]`` Σ KL(N(μ, σ²) ‖ N(m, s²)) over each fit's row (closed form)."""
-    diff = loc - m
-    terms = torch.log(s / sigma) if isinstance(s, torch.Tensor) else math.log(s) - torch.log(sigma)
-    terms = terms + (sigma * sigma + diff * diff) / (2 * s * s) - 0.5
-    return terms.reshape(loc.shape[0], -1).sum(1)
+def svi_stack_blocker(bnn, config):
+    """Why an ``svi`` fit cannot join a stacked batch (the backend's own reason), or ``None``: the stacked
+    engine runs the fused ELBO path only (:func:`inference.variational.elbo_paths.choose_elbo_path`)."""
+    path, reason = choose_elbo_path(bnn, config)
+    return None if path == "fused" else f"the svi fit takes the Pyro-trace ELBO path ({reason})"
 
 
 def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
     """K ``svi`` fits on the fused path; per fit a :class:`~inference.posterior.VariationalPosterior`, or a
     :class:`~inference.optim.training.NonFiniteLossError` carrying its last finite posterior.
 
-    Args as :func:`inference.multifit.stacked_map.fit_map_stacked`; ``config`` is an
+    Args as :func:`inference.optim.stacked_map.fit_map_stacked`; ``config`` is an
     :class:`~inference.backends.svi.SVIConfig` with the ``normal`` guide.
     """
     started = time.perf_counter()
@@ -183,7 +186,7 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
         for n in weights:
             sigma = torch.log1p(torch.exp(raws[n]))  # softplus(ρ) as the fused path computes it
             values[n] = torch.addcmul(locs[n], sigma, noise[n])
-            kl = kl + _normal_kl(locs[n], sigma, *priors[n])
+            kl = kl + normal_kl(locs[n], sigma, *priors[n]).reshape(count, -1).sum(1)  # the family's one KL
         for n, prior in latent_priors.items():
             scale = F.softplus(raws[n])
             latent_values[n], estimate = latent_draw(locs[n], scale, torch.log(scale), noise[n], prior)

@@ -2,17 +2,17 @@
 
 Each fit follows :func:`inference.variational.fit.fit_guide` with the Radial guide
 (:class:`inference.variational.radial.AutoRadial`, Farquhar, Osborne & Gal 2020) on a model whose weight
-priors are all Normal, as :mod:`inference.multifit.stacked_svi` does for the mean-field guide:
+priors are all Normal, as :mod:`inference.variational.stacked_svi` does for the mean-field guide:
 
-1. deterministic pretraining (``pretrain_epochs``), stacked (:func:`~inference.multifit.stacked_svi.pretrain_stacked`);
+1. deterministic pretraining (``pretrain_epochs``), stacked (:func:`~inference.variational.stacked_svi.pretrain_stacked`);
 2. fit k's guide built as one fit builds it (under ``torch.manual_seed(seed_k)``);
 3. per step and fit, :meth:`AutoRadial.elbo_terms` with the exact cross-entropy: w = μ + e^s ⊙ ξ with
    ξ = r ε/‖ε‖ per weight tensor, and
 
        KL(q ‖ N(m, p²)) = Σ_i [log p_i + ½ log 2π + ((μ_i − m_i)² + σ_i²/D) / (2 p_i²)] − Σ_i s_i − H(ξ_D)
 
-   (:mod:`inference.variational.radial_kl`), the likelihood latents' one-sample log q − log p, and
-   the network once for all fits.
+   (:func:`inference.variational.radial_kl.radial_exact_kl_rows`, the family's one Radial KL), the
+   likelihood latents' one-sample log q − log p, and the network once for all fits.
 
 Random numbers: fit k draws from its own generator, which continues the global stream its
 one-at-a-time fit would use, in that fit's order — each Radial site's ε then r, then the other sites'
@@ -26,32 +26,36 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict
+from typing import Optional
 
 import pyro
 import torch
 
 from inference.multifit.stacked import (run_stacked_loop, stacked_body, stacked_forward, stacked_log_likelihood,
                                         stacked_normal_priors, write_body)
-from inference.multifit.stacked_svi import latent_draw, stacked_guides, stacked_noise
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.posterior import VariationalPosterior
+from inference.variational.guides import normal_prior_blocker, stock_model_blocker
 from inference.variational.pruning import guide_sparsity
-from inference.variational.radial import radial_entropy_constant, radial_noise
+from inference.variational.radial import radial_noise
+from inference.variational.radial_kl import radial_exact_kl_rows, resolve_mc_kl
+from inference.variational.stacked_svi import latent_draw, stacked_guides, stacked_noise
 
-__all__ = ["fit_radial_stacked"]
-
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+__all__ = ["fit_radial_stacked", "radial_stack_blocker"]
 
 
-def radial_exact_kl(loc: torch.Tensor, log_scale: torch.Tensor, prior_loc, prior_scale) -> torch.Tensor:
-    """``[K]`` KL of each fit's Radial factor (row k of ``loc``, ``log_scale`` ``[K, *shape]``) from its Normal
-    prior N(m, p²) (floats or ``[K, *shape]``), with the exact cross-entropy (module docstring)."""
-    count, dim = loc.shape[0], max(1, loc[0].numel())
-    sigma = torch.exp(log_scale)
-    centred = loc - prior_loc
-    p = torch.as_tensor(prior_scale, dtype=loc.dtype, device=loc.device).expand_as(loc)
-    cross = torch.log(p) + _HALF_LOG_2PI + (centred * centred + sigma * sigma / dim) / (2 * p * p)
-    return (cross - log_scale).reshape(count, -1).sum(1) - radial_entropy_constant(dim)
+def radial_stack_blocker(bnn, config) -> Optional[str]:
+    """Why a ``radial`` fit cannot join a stacked batch (the backend's own reason), or ``None``: the stacked
+    engine runs the fused path with the exact cross-entropy and Normal weight priors."""
+    if config.elbo_path == "pyro-trace":
+        return "the radial fit takes the Pyro-trace ELBO path (requested)"
+    if resolve_mc_kl(config.mc_kl_samples, config.mc_kl_estimator)[1] != "exact":
+        return "the radial fit estimates the cross-entropy by Monte Carlo (mc_kl_samples / mc_kl_estimator)"
+    reason = stock_model_blocker(bnn)
+    if reason is not None:
+        return f"the radial fit cannot take the fused path ({reason})"
+    reason = normal_prior_blocker(bnn)
+    return None if reason is None else f"{reason}; the exact Radial cross-entropy needs a Normal one"
 
 
 def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
@@ -59,7 +63,7 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     :class:`~inference.posterior.VariationalPosterior`, or a :class:`~inference.optim.training.NonFiniteLossError`
     carrying its last finite posterior.
 
-    Args as :func:`inference.multifit.stacked_map.fit_map_stacked`; ``config`` is a
+    Args as :func:`inference.optim.stacked_map.fit_map_stacked`; ``config`` is a
     :class:`~inference.backends.variational.RadialConfig` whose estimator resolves to ``"exact"``.
     """
     started = time.perf_counter()
@@ -94,7 +98,7 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
         kl, values, latent_values = 0.0, {}, {}
         for n in radial_sites:
             values[n] = torch.addcmul(locs[n], torch.exp(log_scales[n]), noise[n])
-            kl = kl + radial_exact_kl(locs[n], log_scales[n], *priors[n])
+            kl = kl + radial_exact_kl_rows(locs[n], log_scales[n], *priors[n])  # the family's one Radial KL
         for n in other_sites:
             latent_values[n], estimate = latent_draw(locs[n], torch.exp(log_scales[n]), log_scales[n], noise[n],
                                                      latent_priors[n])
