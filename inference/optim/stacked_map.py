@@ -2,10 +2,10 @@
 
 Fit k maximises its own ``log p(w_s, θ) + (N/n) Σ_batch log p(y | x, w_s, θ)`` from its own start
 (its network's weights or given values, the latents at their prior medians) on its own data and
-minibatch order (seed k), with the objective of the one MAP step (:func:`inference.optim.map.map_objective`);
-the generic stacked loop (:mod:`inference.multifit.stacked`) gives each fit the update it would get alone.  :func:`fit_map_stacked` returns what ``fit(bnns[k], xs[k], ys[k],
-backend="map", seed=seeds[k])`` returns, up to float rounding (a point mass: one chain of one
-draw); :func:`fit_map_members` the :class:`~inference.optim.map.MAPFit` s of K members of one
+minibatch order (seed k), with the objective of the one MAP step
+(:func:`inference.optim.map.map_objective`); the stacked loop (:mod:`inference.optim.stacked_training`) gives
+each fit the update it would get alone.  :func:`fit_map_stacked` returns what ``fit(bnns[k], xs[k], ys[k],
+backend="map", seed=seeds[k])`` returns, up to float rounding (a point mass: one chain of one draw); :func:`fit_map_members` the :class:`~inference.optim.map.MAPFit` s of K members of one
 model on one data set (the ``ensemble`` backend's members, each its own start and seed);
 :func:`train_stacked` the trainer under them (K ``ensemble`` runs' K·M members at once:
 :func:`inference.ensembles.stacked.fit_ensemble_stacked`).
@@ -20,10 +20,10 @@ import torch
 from torch.distributions import biject_to
 
 from inference.optim.early_stopping import uses_early_stopping
-from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
-                                        stacked_log_likelihood, write_body)
+from inference.multifit.stacked import StackedBatches, stacked_body, stacked_forward, stacked_log_likelihood, write_body
 from inference.optim.map import MAPFit, map_objective, run_info, stack_members
 from inference.optim.potential import Potential
+from inference.optim.stacked_training import run_stacked_loop
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.posterior import SamplePosterior
 
@@ -115,8 +115,8 @@ def fit_map_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
 def fit_map_starts(bnns: list, xs: torch.Tensor, ys: torch.Tensor, options, seeds: list, progress: bool,
                    desc: str) -> tuple:
     """K MAP fits from the models' own weights, each model's trained body written into its network:
-    ``(fits, stopped)`` as :func:`train_stacked` — fit k is :func:`inference.optim.map.fit_map` ``(bnns[k], xs[k], ys[k],
-    options, seeds[k])`` to float rounding (the samplers' start, :func:`inference.optim.start.initial_point`)."""
+    ``(fits, stopped)`` as :func:`train_stacked` — fit k is :func:`inference.optim.map.fit_map`
+    ``(bnns[k], xs[k], ys[k], options, seeds[k])`` to float rounding (the samplers' start, :func:`inference.optim.start.initial_point`)."""
     return train_stacked(bnns[0], [bnn.initial_values() for bnn in bnns], xs, ys, options, seeds, progress, desc, bnns)
 
 

@@ -4,7 +4,8 @@ Each fit follows :func:`inference.variational.fit.fit_guide` with the Radial gui
 (:class:`inference.variational.radial.AutoRadial`, Farquhar, Osborne & Gal 2020) on a model whose weight
 priors are all Normal, as :mod:`inference.variational.stacked_svi` does for the mean-field guide:
 
-1. deterministic pretraining (``pretrain_epochs``), stacked (:func:`~inference.variational.stacked_svi.pretrain_stacked`);
+1. deterministic pretraining (``pretrain_epochs``), stacked
+   (:func:`~inference.variational.stacked_svi.pretrain_stacked`);
 2. fit k's guide built as one fit builds it (under ``torch.manual_seed(seed_k)``);
 3. per step and fit, :meth:`AutoRadial.elbo_terms` with the exact cross-entropy: w = μ + e^s ⊙ ξ with
    ξ = r ε/‖ε‖ per weight tensor, and
@@ -25,21 +26,21 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
 from typing import Optional
 
 import pyro
 import torch
 
-from inference.multifit.stacked import (run_stacked_loop, stacked_body, stacked_forward, stacked_log_likelihood,
-                                        stacked_normal_priors, write_body)
+from inference.multifit.stacked import stacked_body, stacked_forward, stacked_log_likelihood, write_body
+from inference.optim.stacked_training import run_stacked_loop
+from inference.optim.map import run_info
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.posterior import VariationalPosterior
 from inference.variational.guides import normal_prior_blocker, stock_model_blocker
 from inference.variational.pruning import guide_sparsity
 from inference.variational.radial import radial_noise
 from inference.variational.radial_kl import radial_exact_kl_rows, resolve_mc_kl
-from inference.variational.stacked_svi import latent_draw, stacked_guides, stacked_noise
+from inference.variational.stacked_svi import latent_draw, stacked_guides, stacked_noise, stacked_normal_priors
 
 __all__ = ["fit_radial_stacked", "radial_stack_blocker"]
 
@@ -150,10 +151,10 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     for k, (bnn, guide) in enumerate(zip(bnns, guides)):
         load(k, snapshots[k][2] if k in snapshots else current(k))
         write_body(bnn, *((snapshots[k][3], None) if k in snapshots else (body, k)))
-        info = {"backend": "radial", "config": asdict(config), "seed": int(seeds[k]),
-                "num_samples": config.num_samples, "num_data": num_data, "history": histories[k],
-                "mc_kl_samples": None, "mc_kl_estimator": "exact", "elbo_path": "fused", "fit_seconds": seconds,
-                "sparsity": guide_sparsity(guide, bnn, threshold), "multifit": {"fits": count, "index": k}}
+        info = run_info("radial", config, int(seeds[k]), xs[k], started, num_samples=config.num_samples,
+                        history=histories[k], mc_kl_samples=None, mc_kl_estimator="exact", elbo_path="fused",
+                        sparsity=guide_sparsity(guide, bnn, threshold), multifit={"fits": count, "index": k})
+        info["fit_seconds"] = seconds  # this fit's share of the batch's wall time
         posterior = VariationalPosterior(bnn, guide, "radial", guide_kwargs, info)
         results.append(posterior if stopped[k] is None else NonFiniteLossError(stopped[k], snapshots[k][1], posterior))
     return results

@@ -26,26 +26,39 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
 
 import pyro
 import torch
 import torch.nn.functional as F
 from torch.distributions import biject_to
 
-from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
-                                        stacked_log_likelihood, stacked_normal_priors, write_body)
+from inference.multifit.stacked import (StackedBatches, stacked_body, stacked_forward, stacked_log_likelihood,
+                                        write_body)
 from inference.optim.latent_fit import fit_latents
+from inference.optim.map import run_info
+from inference.optim.stacked_training import run_stacked_loop
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.posterior import VariationalPosterior
 from inference.variational.elbo_paths import choose_elbo_path
 from inference.variational.families import normal_kl
 from inference.variational.guides import build_guide
+from inference.variational.latents import normal_prior_params
 
 __all__ = ["fit_svi_stacked", "svi_stack_blocker", "pretrain_stacked", "stacked_guides", "stacked_noise",
-           "latent_draw"]
+           "stacked_normal_priors", "latent_draw"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def stacked_normal_priors(bnns: list, name: str, like: torch.Tensor) -> tuple:
+    """``(m, s)`` of site ``name``'s Normal prior in every fit: floats when all fits share them, else
+    ``[K, *shape]`` tensors."""
+    params = [normal_prior_params(bnn.prior_distributions()[name], name) for bnn in bnns]
+    if all(not isinstance(m, torch.Tensor) and not isinstance(s, torch.Tensor) for m, s in params) \
+            and len(set(params)) == 1:
+        return params[0]
+    return tuple(torch.stack([torch.as_tensor(p[i], dtype=like.dtype, device=like.device).expand(like.shape[1:])
+                              for p in params]) for i in (0, 1))
 
 
 def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -> list:
@@ -211,9 +224,9 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
                 loc.copy_(fitted[0])
                 raw.copy_(fitted[1])
         write_body(bnn, *((snapshots[k][3], None) if k in snapshots else (body, k)))
-        info = {"backend": "svi", "config": asdict(config), "seed": int(seeds[k]), "num_samples": config.num_samples,
-                "num_data": num_data, "history": histories[k], "elbo_path": "fused", "fit_seconds": seconds,
-                "multifit": {"fits": count, "index": k}}
+        info = run_info("svi", config, int(seeds[k]), xs[k], started, num_samples=config.num_samples,
+                        history=histories[k], elbo_path="fused", multifit={"fits": count, "index": k})
+        info["fit_seconds"] = seconds  # this fit's share of the batch's wall time
         posterior = VariationalPosterior(bnn, guide, config.guide, guide_kwargs, info)
         results.append(posterior if stopped[k] is None else NonFiniteLossError(stopped[k], snapshots[k][1], posterior))
     return results

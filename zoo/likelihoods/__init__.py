@@ -15,7 +15,7 @@ It also gives the output-space Fisher (:meth:`~Likelihood.output_fisher`, for La
 and, for optimisers, a training objective (:meth:`~Likelihood.training_log_prob`).  Draws
 with a ``torch.Generator`` are made on the generator's device and moved to the outputs'.
 
-Registry (:data:`LIKELIHOODS`, :func:`make_likelihood`): ``gaussian``
+Registry (:data:`LIKELIHOODS`, built by :func:`register_likelihood`; :func:`make_likelihood`): ``gaussian``
 (:class:`GaussianLikelihood`), ``heteroscedastic`` (:class:`HeteroscedasticGaussianLikelihood`),
 ``studentt`` (:class:`StudentTLikelihood`), ``categorical`` (:class:`CategoricalLikelihood`).
 See ``docs/likelihoods.md``.
@@ -32,16 +32,31 @@ from .mixture import PredictiveMixture, standard_log_density, student_t_cdf
 from .studentt import StudentTLikelihood
 
 __all__ = ["Likelihood", "GaussianLikelihood", "HeteroscedasticGaussianLikelihood", "StudentTLikelihood",
-           "CategoricalLikelihood", "LIKELIHOODS", "make_likelihood", "likelihood_options", "likelihood_from_spec",
+           "CategoricalLikelihood", "LIKELIHOODS", "register_likelihood", "make_likelihood", "likelihood_options",
+           "likelihood_from_spec",
            "LOG_VARIANCE_RANGE", "PredictiveMixture", "standard_log_density",
            "student_t_cdf"]
 
-LIKELIHOODS = {
-    "gaussian": GaussianLikelihood,
-    "heteroscedastic": HeteroscedasticGaussianLikelihood,
-    "studentt": StudentTLikelihood,
-    "categorical": CategoricalLikelihood,
-}
+LIKELIHOODS: dict[str, type] = {}
+"""Registered likelihood classes by name (:func:`register_likelihood`)."""
+
+
+def register_likelihood(cls: type, replace: bool = False) -> type:
+    """Add the :class:`~zoo.likelihoods.base.Likelihood` subclass ``cls`` (it carries its registry ``name``) to
+    :data:`LIKELIHOODS`; ``ValueError`` if the name is taken (unless ``replace``).  Returns ``cls`` (so it also
+    works as a class decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, Likelihood)) or not cls.name:
+        raise ValueError(f"register_likelihood needs a Likelihood subclass with a name, got {cls!r}")
+    if cls.name in LIKELIHOODS and not replace:
+        raise ValueError(f"likelihood {cls.name!r} is already registered")
+    LIKELIHOODS[cls.name] = cls
+    return cls
+
+
+register_likelihood(GaussianLikelihood)
+register_likelihood(HeteroscedasticGaussianLikelihood)
+register_likelihood(StudentTLikelihood)
+register_likelihood(CategoricalLikelihood)
 
 
 def likelihood_options(name: str) -> list[str]:
