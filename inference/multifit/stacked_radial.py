@@ -34,7 +34,7 @@ from inference.multifit.stacked import (run_stacked_loop, stacked_body, stacked_
                                         stacked_normal_priors, write_body)
 from inference.multifit.stacked_svi import latent_draw, stacked_guides, stacked_noise
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
-from inference.posterior import VariationalPosterior
+from inference.variational.posterior import VariationalPosterior
 from inference.variational.pruning import guide_sparsity
 from inference.variational.radial import radial_entropy_constant, radial_noise
 
@@ -56,7 +56,7 @@ def radial_exact_kl(loc: torch.Tensor, log_scale: torch.Tensor, prior_loc, prior
 
 def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
     """K ``radial`` fits on the fused path with the exact cross-entropy; per fit a
-    :class:`~inference.posterior.VariationalPosterior`, or a :class:`~inference.optim.training.NonFiniteLossError`
+    :class:`~inference.variational.posterior.VariationalPosterior`, or a :class:`~inference.optim.training.NonFiniteLossError`
     carrying its last finite posterior.
 
     Args as :func:`inference.multifit.stacked_map.fit_map_stacked`; ``config`` is a

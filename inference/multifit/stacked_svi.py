@@ -34,7 +34,7 @@ from torch.distributions import biject_to
 
 from inference.variational.guides import build_guide
 from inference.optim.latent_fit import fit_latents
-from inference.posterior import VariationalPosterior
+from inference.variational.posterior import VariationalPosterior
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
                                        stacked_log_likelihood, stacked_normal_priors, write_body)
@@ -152,7 +152,7 @@ def _normal_kl(loc, sigma, m, s) -> torch.Tensor:
 
 
 def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
-    """K ``svi`` fits on the fused path; per fit a :class:`~inference.posterior.VariationalPosterior`, or a
+    """K ``svi`` fits on the fused path; per fit a :class:`~inference.variational.posterior.VariationalPosterior`, or a
     :class:`~inference.optim.training.NonFiniteLossError` carrying its last finite posterior.
 
     Args as :func:`inference.multifit.stacked_map.fit_map_stacked`; ``config`` is an

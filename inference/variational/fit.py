@@ -5,7 +5,7 @@ means start at the pretrained weights, as Molchanov, Ashukha & Vetrov 2017 start
 pretrained network), the guide (:func:`inference.variational.guides.build_guide`), the loop
 (:func:`inference.optim.training.run_training_loop`: minibatches, KL annealing, Adam with the
 learning-rate schedule, particle averaging, non-finite checks), optional per-epoch sparsity by the
-guide's pruning rule, and the :class:`~inference.posterior.VariationalPosterior`.  A backend
+guide's pruning rule, and the :class:`~inference.variational.posterior.VariationalPosterior`.  A backend
 supplies the guide and ``particle``, one draw of the ELBO's two terms; :func:`trace_particle` is
 that draw through Pyro traces for any guide.
 """
@@ -20,7 +20,7 @@ import torch
 
 from inference.optim.batches import as_batches, loader_info
 from inference.optim.training import HISTORY_KEYS, LoopOptions, pretrain, run_training_loop
-from inference.posterior import VariationalPosterior
+from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo import elbo_terms
 from inference.variational.guides import build_guide
 from inference.variational.pruning import guide_sparsity
@@ -70,7 +70,7 @@ def fit_guide(
             (``sparsity``, ``layer_sparsity``) and the progress bar.
         fused_adam: use PyTorch's single-kernel Adam.
     Returns:
-        the :class:`~inference.posterior.VariationalPosterior`; ``info["history"]`` holds the
+        the :class:`~inference.variational.posterior.VariationalPosterior`; ``info["history"]`` holds the
         per-epoch history.
     Raises:
         ~inference.optim.training.NonFiniteLossError: a NaN/inf loss or gradient (with the step and the last finite posterior).
