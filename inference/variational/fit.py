@@ -12,13 +12,13 @@ that draw through Pyro traces for any guide.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Callable, Optional
 
 import pyro
 import torch
 
-from inference.optim.batches import as_batches, loader_info
+from inference.optim.batches import as_batches
+from inference.optim.map import run_info
 from inference.optim.training import HISTORY_KEYS, LoopOptions, pretrain, run_training_loop
 from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo import elbo_terms
@@ -88,23 +88,15 @@ def fit_guide(
     guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
     params = list(guide.parameters()) + bnn.deterministic_parameters()
     history = {key: [] for key in HISTORY_KEYS + (("sparsity", "layer_sparsity") if sparsity else ())}
-    run_info = {
-        "backend": backend,
-        "config": asdict(config),
-        "seed": seed,
-        "num_samples": config.num_samples,
-        "num_data": data.num_data,
-        "history": history,
-    }
-    run_info.update(loader_info(data))
+    record = run_info(backend, config, seed, data, started, num_samples=config.num_samples, history=history)
     if info is not None:
-        run_info.update(info(guide))
+        record.update(info(guide))
 
     def result():
-        run_info["fit_seconds"] = time.perf_counter() - started
+        record["fit_seconds"] = time.perf_counter() - started
         if sparsity:
-            run_info["sparsity"] = guide_sparsity(guide, bnn, sparsity[0])
-        return VariationalPosterior(bnn, guide, guide_name, guide_kwargs, run_info)
+            record["sparsity"] = guide_sparsity(guide, bnn, sparsity[0])
+        return VariationalPosterior(bnn, guide, guide_name, guide_kwargs, record)
 
     def on_epoch(epoch):
         report = guide_sparsity(guide, bnn, sparsity[0])
