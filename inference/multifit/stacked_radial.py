@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict
 
 import pyro
 import torch
@@ -32,7 +33,6 @@ import torch
 from inference.multifit.stacked import (run_stacked_loop, stacked_body, stacked_forward, stacked_log_likelihood,
                                         stacked_normal_priors, write_body)
 from inference.multifit.stacked_svi import latent_draw, stacked_guides, stacked_noise
-from inference.optim.map import run_info
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.variational.posterior import VariationalPosterior
 from inference.variational.pruning import guide_sparsity
@@ -146,10 +146,10 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     for k, (bnn, guide) in enumerate(zip(bnns, guides)):
         load(k, snapshots[k][2] if k in snapshots else current(k))
         write_body(bnn, *((snapshots[k][3], None) if k in snapshots else (body, k)))
-        info = run_info("radial", config, int(seeds[k]), data, started, num_samples=config.num_samples,
-                        history=histories[k], mc_kl_samples=None, mc_kl_estimator="exact", elbo_path="fused",
-                        fit_seconds=seconds, sparsity=guide_sparsity(guide, bnn, threshold),
-                        multifit={"fits": count, "index": k})
+        info = {"backend": "radial", "config": asdict(config), "seed": int(seeds[k]),
+                "num_samples": config.num_samples, "num_data": num_data, "history": histories[k],
+                "mc_kl_samples": None, "mc_kl_estimator": "exact", "elbo_path": "fused", "fit_seconds": seconds,
+                "sparsity": guide_sparsity(guide, bnn, threshold), "multifit": {"fits": count, "index": k}}
         posterior = VariationalPosterior(bnn, guide, "radial", guide_kwargs, info)
         results.append(posterior if stopped[k] is None else NonFiniteLossError(stopped[k], snapshots[k][1], posterior))
     return results

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict
 
 import pyro
 import torch
@@ -33,7 +34,6 @@ from torch.distributions import biject_to
 
 from inference.variational.guides import build_guide
 from inference.optim.latent_fit import fit_latents
-from inference.optim.map import run_info
 from inference.variational.posterior import VariationalPosterior
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.multifit.stacked import (StackedBatches, run_stacked_loop, stacked_body, stacked_forward,
@@ -208,8 +208,9 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
                 loc.copy_(fitted[0])
                 raw.copy_(fitted[1])
         write_body(bnn, *((snapshots[k][3], None) if k in snapshots else (body, k)))
-        info = run_info("svi", config, int(seeds[k]), data, started, num_samples=config.num_samples,
-                        history=histories[k], elbo_path="fused", fit_seconds=seconds, multifit={"fits": count, "index": k})
+        info = {"backend": "svi", "config": asdict(config), "seed": int(seeds[k]), "num_samples": config.num_samples,
+                "num_data": num_data, "history": histories[k], "elbo_path": "fused", "fit_seconds": seconds,
+                "multifit": {"fits": count, "index": k}}
         posterior = VariationalPosterior(bnn, guide, config.guide, guide_kwargs, info)
         results.append(posterior if stopped[k] is None else NonFiniteLossError(stopped[k], snapshots[k][1], posterior))
     return results
