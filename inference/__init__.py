@@ -15,7 +15,8 @@ from inference.fitting import fit, fit_many
 from inference.mcmc.budget import TimeBudgetExceeded
 from inference.sgmcmc.pyro_kernels import PSGLD, SGHMC, SGLD
 from inference.evaluation.metrics import classification_metrics, evaluate, regression_metrics
-from inference.posterior import Posterior, Prediction, SamplePosterior, VariationalPosterior, load_posterior
+from inference.posterior import Posterior, Prediction, SamplePosterior, load_posterior
+from inference.variational.posterior import VariationalPosterior
 
 __all__ = [
     "fit",

@@ -1,11 +1,15 @@
-"""One result object for every backend: :class:`Posterior` (its predictions are
+"""One result object for every backend: the :class:`Posterior` base (its predictions are
 :class:`~inference.prediction.Prediction` objects).
 
 A posterior is a way to draw parameter sets ``{site: [S, *site_shape]}`` for a
 :class:`~zoo.bnn.BayesianNetwork`:
 
-* :class:`VariationalPosterior` draws fresh samples from a fitted guide;
-* :class:`SamplePosterior` holds draws ``[chains, draws, *site_shape]`` from a sampler.
+* :class:`SamplePosterior` holds draws ``[chains, draws, *site_shape]`` from a sampler, an ensemble or any
+  fit that stores its draws (:func:`member_posteriors` splits it into its chains);
+* a family's own posterior lives in its family folder and subclasses one of these
+  (:class:`~inference.variational.posterior.VariationalPosterior` draws fresh samples from a fitted guide;
+  :class:`~inference.laplace.laplace_posterior.LaplacePosterior`, :class:`~inference.swag.swag_posterior.SWAGPosterior`).
+  This module imports no family.
 
 Predictions are vectorised: parameter draws are processed in chunks, each chunk in one
 batched forward pass (``vmap``), so memory is bounded by ``chunk_size × N`` activations.
@@ -18,7 +22,6 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
-import pyro
 import torch
 
 from zoo.bnn import BayesianNetwork
@@ -28,12 +31,11 @@ from zoo.likelihoods import PredictiveMixture
 
 from inference.evaluation.arviz_export import to_inference_data
 from inference.evaluation.diagnostics import convergence_row
-from inference.variational.guides import build_guide
 from inference.storage.posterior_io import POSTERIOR_KINDS, load_posterior, register_kind, save_posterior, to_jsonable
 from inference.prediction import Prediction
-from inference.evaluation.summary_table import fmt, html_table, text_table
+from inference.summary_table import fmt, html_table, text_table
 
-__all__ = ["Prediction", "Posterior", "VariationalPosterior", "SamplePosterior", "load_posterior", "POSTERIOR_KINDS",
+__all__ = ["Prediction", "Posterior", "SamplePosterior", "member_posteriors", "load_posterior", "POSTERIOR_KINDS",
            "to_jsonable"]
 
 #: upper bound on draws × points × outputs held by one batched forward pass
@@ -284,50 +286,6 @@ class Posterior:
         return load_posterior(directory, net=net)
 
 
-class VariationalPosterior(Posterior):
-    """A fitted guide q(w); each prediction draws fresh, seeded samples from it."""
-
-    kind = "variational"
-
-    def __init__(self, bnn, guide, guide_name: str, guide_kwargs: dict, info=None):
-        super().__init__(bnn, info)
-        self.guide = guide
-        self.guide_name = guide_name
-        self.guide_kwargs = dict(guide_kwargs)
-
-    def _summary_rows(self):
-        rows = [("guide", self.guide_name), ("draws", f"{self.default_num_samples} fresh guide draws per prediction")]
-        history = self.info.get("history") or {}
-        if history.get("loss"):
-            rows.append(("final loss", f"{fmt(history['loss'][-1])} after {len(history['loss'])} epochs"))
-        for key in ("elbo_path", "family", "estimator"):
-            if key in self.info:
-                rows.append((key.replace("_", " "), str(self.info[key])))
-        return rows
-
-    def _param_chunks(self, num_samples, seed, chunk_size):
-        names = self.bnn.site_names
-        if not names:
-            yield {}
-            return
-        for index, start in enumerate(range(0, num_samples, chunk_size)):
-            size = min(chunk_size, num_samples - start)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(seed) * 1_000_003 + index)
-                with torch.no_grad(), pyro.plate("posterior_draws", size, dim=-1):
-                    trace = pyro.poutine.trace(self.guide).get_trace()
-            yield {n: trace.nodes[n]["value"].detach() for n in names}
-
-    def _state(self):
-        return {"guide_name": self.guide_name, "guide_kwargs": self.guide_kwargs}, {"guide": self.guide.state_dict()}
-
-    @classmethod
-    def _from_state(cls, bnn, meta, tensors, info):
-        guide = build_guide(meta["guide_name"], bnn, **meta["guide_kwargs"])
-        guide.load_state_dict(tensors["guide"])
-        return cls(bnn, guide, meta["guide_name"], meta["guide_kwargs"], info)
-
-
 class SamplePosterior(Posterior):
     """Stored draws ``{site: [chains, draws, *site_shape]}`` from a sampler.
 
@@ -387,6 +345,19 @@ class SamplePosterior(Posterior):
     @classmethod
     def _from_state(cls, bnn, meta, tensors, info):
         return cls(bnn, tensors["draws"], tensors["sample_stats"], info)
+
+
+def member_posteriors(posterior: SamplePosterior) -> list[SamplePosterior]:
+    """One single-chain :class:`SamplePosterior` per chain (sharing the network and ``info``)."""
+    return [
+        SamplePosterior(
+            posterior.bnn,
+            {name: draws[c : c + 1] for name, draws in posterior.draws.items()},
+            sample_stats={name: stat[c : c + 1] for name, stat in posterior.sample_stats.items()},
+            info=posterior.info,
+        )
+        for c in range(posterior.num_chains)
+    ]
 
 
 def _sampler_limits(info: dict) -> dict:

@@ -18,7 +18,7 @@ import torch
 
 from zoo.likelihoods import PredictiveMixture
 
-from inference.evaluation.summary_table import fmt, html_table, text_table
+from inference.summary_table import fmt, html_table, text_table
 
 __all__ = ["Prediction"]
 

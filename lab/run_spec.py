@@ -19,7 +19,7 @@ from zoo.likelihoods import Likelihood, likelihood_from_spec
 from zoo.priors import PRIORS
 
 from inference.backends import BACKENDS, get_backend, parse_config
-from inference.optim.start import MAP_BATCH_SIZE, batches_per_epoch
+from inference.optim.start import MAP_BATCH_SIZE, map_budget
 from inference.variational.pruning import PRUNE_MODES
 
 __all__ = ["RunSpec", "validate_spec", "make_run_likelihood", "resolve_backend_options", "default_epochs",
@@ -84,7 +84,7 @@ def map_backend_steps(num_data: int) -> int:
     """The Adam steps of a run of the ``map`` backend on ``num_data`` rows with its default minibatch: its
     :func:`default_epochs` of ``⌈N / batch⌉`` steps.  A backend whose ``map_steps`` default is ``None`` ("the
     ``map`` backend's own budget": Laplace) gets this in a run, so that its MAP is the run's ``map`` fit."""
-    return default_epochs(num_data, min(MAP_BATCH_SIZE, num_data)) * batches_per_epoch(num_data)
+    return map_budget(num_data, default_epochs(num_data, min(MAP_BATCH_SIZE, num_data)))
 
 
 def make_run_likelihood(spec: RunSpec, task: Optional[str] = None) -> Likelihood:

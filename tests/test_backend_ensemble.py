@@ -6,7 +6,8 @@ import torch
 
 from inference import load_posterior
 from inference.fitting import fit
-from inference.evaluation.member_metrics import member_metrics, member_posteriors
+from inference.evaluation.member_metrics import member_metrics
+from inference.posterior import member_posteriors
 from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
 

@@ -77,3 +77,69 @@ def test_the_inference_floor_is_folders_of_parts_and_no_module_is_long():
     assert long == {}, long
     families = {"optim", "variational", "laplace", "swag", "mcmc", "sgmcmc", "ensembles", "dropout"}
     assert families <= {p.name for p in (ROOT / "inference").iterdir() if (p / "__init__.py").exists()}
+
+
+def _folder(module: str) -> str:
+    """The unit of ``inference``'s folder graph a module belongs to: its sub-package or top-level module
+    (``inference.laplace.curvature`` → ``inference.laplace``, ``inference.posterior`` → itself)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _folder_graph(graph, package: str = "inference") -> tuple[dict, dict]:
+    """``({folder: {folders it imports}}, {(a, b): "module -> module"})`` over ``package``'s folders and
+    top-level modules (its ``__init__``, the public re-exports, left out); imports inside functions count."""
+    edges, example = {}, {}
+    for module in graph.modules:
+        if module == package or not module.startswith(package + "."):
+            continue
+        for imported in graph.find_modules_directly_imported_by(module):
+            a, b = _folder(module), _folder(imported)
+            if imported.startswith(package + ".") and a != b:
+                edges.setdefault(a, set()).add(b)
+                example.setdefault((a, b), f"{module} -> {imported}")
+    return edges, example
+
+
+def _cycle_in(component: list, edges: dict) -> list:
+    """One closed path ``[a, b, ..., a]`` through the strongly connected ``component`` (breadth first)."""
+    inside, start = set(component), component[0]
+    parents, queue = {start: None}, [start]
+    for node in queue:
+        for nxt in sorted(edges.get(node, ())):
+            if nxt == start:
+                path = [node]
+                while parents[path[-1]] is not None:
+                    path.append(parents[path[-1]])
+                return path[::-1] + [start]
+            if nxt in inside and nxt not in parents:
+                parents[nxt] = node
+                queue.append(nxt)
+    return component  # pragma: no cover - a strongly connected component always closes
+
+
+def test_no_import_loop_between_the_folders_of_inference():
+    """No loop in the graph of inference's folders and top-level modules (an arrow a → b when a module of a
+    imports one of b): the posterior base, prediction and evaluation sit below the families, the families
+    below the backends (docs/architecture.md)."""
+    edges, example = _folder_graph(grimp.build_graph(*PACKAGES))
+    loops = []
+    for component in _strongly_connected(edges):
+        cycle = _cycle_in(component, edges)
+        loops.append(" → ".join(cycle) + "\n    " + "\n    ".join(example[a, b] for a, b in zip(cycle, cycle[1:])))
+    assert loops == [], "folder-level import loops in inference/:\n" + "\n".join(loops)
+
+
+def test_folder_graph_names_the_loop():
+    class Graph:  # a stand-in for grimp's graph
+        imports = {"inference.a.x": {"inference.b.y"}, "inference.b.y": {"inference.c"},
+                   "inference.c": {"inference.a.z", "zoo.bnn"}, "inference.a.z": set(), "inference": {"inference.a.x"}}
+        modules = set(imports)
+
+        def find_modules_directly_imported_by(self, module):
+            return self.imports[module]
+
+    edges, example = _folder_graph(Graph())
+    assert edges == {"inference.a": {"inference.b"}, "inference.b": {"inference.c"}, "inference.c": {"inference.a"}}
+    component = _strongly_connected(edges)[0]
+    assert _cycle_in(component, edges) == ["inference.a", "inference.b", "inference.c", "inference.a"]
+    assert example["inference.c", "inference.a"] == "inference.c -> inference.a.z"

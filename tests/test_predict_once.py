@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from inference import fit
-from inference.evaluation.member_metrics import member_metrics, member_posteriors, member_predictions
+from inference.evaluation.member_metrics import member_metrics, member_predictions
+from inference.posterior import member_posteriors
 from inference.evaluation.metrics import evaluate
 from lab.cli import main
 from lab.run_model import build_model

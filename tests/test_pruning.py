@@ -8,7 +8,7 @@ import torch
 
 from inference import fit, load_posterior
 from inference.variational.guides import build_guide
-from inference.posterior import VariationalPosterior
+from inference.variational.posterior import VariationalPosterior
 from inference.variational import evaluate_repeated, prune, sparsity
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
 

@@ -63,11 +63,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from inference.ensembles.deep import fgsm_epsilon, fit_deep_ensemble
 from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs
+from inference.optim.map import run_info
 from inference.posterior import SamplePosterior
 from inference.backends.base import Backend
 
@@ -203,11 +204,10 @@ class DeepEnsembleBackend(Backend):
         epsilon = fgsm_epsilon(x, config.epsilon) if config.adversarial else None
         fitted = fit_deep_ensemble(bnn, x, y, config, seed, epsilon, progress)
         histories = fitted.histories
-        info = {"backend": self.name, "config": asdict(config), "seed": seed, "num_data": x.shape[0],
-                "fit_seconds": time.perf_counter() - started, "member_seeds": [seed + m for m in range(count)],
-                "vectorised": fitted.vectorised, "epsilon": None if epsilon is None else epsilon.tolist(),
-                "history": {"epoch": list(range(len(histories[0]))), "loss": histories[0]},
-                "member_histories": histories, **({"early_stopping": record} if record else {})}
+        info = run_info(self.name, config, seed, x, started, member_seeds=[seed + m for m in range(count)],
+                        vectorised=fitted.vectorised, epsilon=None if epsilon is None else epsilon.tolist(),
+                        history={"epoch": list(range(len(histories[0]))), "loss": histories[0]},
+                        member_histories=histories, **({"early_stopping": record} if record else {}))
         posterior = SamplePosterior(bnn, fitted.draws, info=info)
         if fitted.error is not None:
             fitted.error.posterior = posterior

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal, Optional, Union
 
@@ -44,6 +44,7 @@ from inference.mcmc.initial_metric import CURVATURE_MAX_DIM, curvature_metric, h
 from inference.mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
 from inference.mcmc.kernels import build_hmc, build_nuts
 from inference.posterior import SamplePosterior
+from inference.optim.map import run_info
 from inference.optim.output_head import head_module
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.start import INIT_STRATEGIES, initial_point
@@ -238,11 +239,7 @@ class HMCBackend(Backend):
                                                        getattr(config, "max_tree_depth", None), stacklevel=3)
             convergence = chain_convergence(self.name, potential, z, log_density=stats["lp"],
                                             tree_depth_saturated=saturated, stacklevel=3)
-        info = {
-            "backend": self.name,
-            "config": asdict(config),
-            "seed": seed,
-            "num_data": x.shape[0],
+        info = run_info(self.name, config, seed, x, started, **{
             "num_chains": config.num_chains,
             "num_random": potential.dim,
             "divergences": divergences,
@@ -254,8 +251,7 @@ class HMCBackend(Backend):
             **init_record,
             **record,
             **transition.record,
-            "fit_seconds": time.perf_counter() - started,
-        }
+        })
         return SamplePosterior(bnn, potential.draws(z), sample_stats=stats, info=info)
 
 

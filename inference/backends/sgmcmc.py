@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
 from typing import Callable, Optional
 
@@ -52,10 +52,10 @@ from inference.sgmcmc.step_sizes import (
 )  # fmt: skip
 from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from inference.posterior import SamplePosterior
-from inference.optim.batches import LoaderBatches, loader_info
+from inference.optim.batches import LoaderBatches
 from inference.optim.output_head import head_module
 from inference.optim.potential import Potential, frozen_deterministic
-from inference.optim.map import MAPOptions
+from inference.optim.map import MAPOptions, run_info
 from inference.optim.start import MAP_BATCH_SIZE, initial_point, map_epochs
 from inference.optim.training import NonFiniteLossError
 from inference.optim.stacked_map import fit_map_starts
@@ -170,17 +170,8 @@ class SGMCMCBackend(Backend):
             config = replace(config, step_size=step)
         jitter_sd = start_jitter(config.init_jitter, curvature_record["hessian_radius"])
         z = z0 + (jitter_sd * jitter).to(z0)
-        info = {
-            "backend": self.name,
-            "config": asdict(config),
-            "seed": seed,
-            "num_data": potential.num_data,
-            "num_chains": config.num_chains,
-            "num_random": potential.dim,
-            "output_head": None if loader is not None else head_module(bnn, x)[0],
-            **init_record,
-            **loader_info(x),
-        }
+        info = run_info(self.name, config, seed, x, started, num_chains=config.num_chains, num_random=potential.dim,
+                        output_head=None if loader is not None else head_module(bnn, x)[0], **init_record)
         info["start_jitter"] = jitter_sd
         info["step_size_rule" if rule is not None else "start_curvature"] = curvature_record
         return sample_sgmcmc(

@@ -23,7 +23,7 @@ from typing import Literal, Optional
 
 from inference.backends.base import Backend
 from inference.optim.training import LoopOptions
-from inference.posterior import VariationalPosterior
+from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo_paths import check_elbo_path, choose_elbo_path, elbo_particle, elbo_path_info
 from inference.variational.fit import fit_guide
 from inference.variational.guides import GUIDES

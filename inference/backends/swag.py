@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from inference.ensembles.initialisation import check_member_options
+from inference.optim.map import run_info
 from inference.optim.potential import Potential
 from inference.optim.training import NonFiniteLossError
 from inference.swag.batchnorm import batch_statistics, batchnorm_layers, refreshed_statistics
@@ -151,9 +152,8 @@ class SWAGBackend(Backend):
         moments = init_moments(num_members, potential.dim, config.max_rank, like.dtype, like.device)
         with batch_statistics(bnn.net):
             z, stopped = swag_iterates(bnn, x, y, config, seed, progress, potential, moments, collect_every)
-        info = {"backend": self.name, "config": asdict(config), "seed": seed, "num_data": num_data,
-                "num_chains": num_members, "num_random": potential.dim, "collect_every": collect_every,
-                "num_snapshots": moments.count}
+        info = run_info(self.name, config, seed, x, started, num_chains=num_members, num_random=potential.dim,
+                        collect_every=collect_every, num_snapshots=moments.count)
         if stopped is None:
             generator = torch.Generator(device=like.device).manual_seed(seed)
             theta = swag_samples(moments, config.num_samples, config.diag, generator)

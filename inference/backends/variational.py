@@ -42,7 +42,7 @@ from typing import ClassVar, Optional
 from inference.backends.base import Backend
 from inference.optim.batches import as_batches
 from inference.optim.training import LoopOptions
-from inference.posterior import VariationalPosterior
+from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo_paths import check_elbo_path, elbo_particle, elbo_path_info, resolve_elbo_path
 from inference.variational.families import get_family
 from inference.variational.fit import fit_guide

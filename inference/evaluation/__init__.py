@@ -1,5 +1,5 @@
 """What a posterior's predictions are worth: predictive metrics, the trivial-predictor check, ArviZ
-export and diagnostics, per-member metrics of ensembles and chains, summary tables.
+export and diagnostics, per-member metrics of ensembles and chains.
 
 * :mod:`.metrics` — RMSE, test log-likelihood, coverage, calibration (regression and classification);
 * :mod:`.circular` — the wrapped predictive density of outputs that are angles (scoring on the circle);
@@ -8,6 +8,5 @@ export and diagnostics, per-member metrics of ensembles and chains, summary tabl
 * :mod:`.diagnostics` — R-hat, ESS and the warnings that go with them;
 * :mod:`.member_metrics` — each ensemble member's or chain's metrics and their disagreement;
 * :mod:`.fidelity` — distances to a reference posterior's predictive (agreement, total variation, W2,
-  reference coverage);
-* :mod:`.summary_table` — the text and HTML tables of ``repr``.
+  reference coverage).
 """

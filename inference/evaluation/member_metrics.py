@@ -22,23 +22,9 @@ import torch
 from zoo.likelihoods.mixture import PredictiveMixture
 
 from inference.evaluation.metrics import evaluate
-from inference.posterior import SamplePosterior
 from inference.prediction import Prediction
 
-__all__ = ["member_posteriors", "member_predictions", "member_metrics", "disagreement"]
-
-
-def member_posteriors(posterior: SamplePosterior) -> list[SamplePosterior]:
-    """One single-chain :class:`SamplePosterior` per chain (sharing the network and ``info``)."""
-    return [
-        SamplePosterior(
-            posterior.bnn,
-            {name: draws[c : c + 1] for name, draws in posterior.draws.items()},
-            sample_stats={name: stat[c : c + 1] for name, stat in posterior.sample_stats.items()},
-            info=posterior.info,
-        )
-        for c in range(posterior.num_chains)
-    ]
+__all__ = ["member_predictions", "member_metrics", "disagreement"]
 
 
 def member_predictions(mixture: Prediction, num_chains: int, y=None) -> list[Prediction]:
@@ -81,7 +67,7 @@ def _entropy(p: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def member_metrics(posterior: SamplePosterior, x: torch.Tensor, y: torch.Tensor, mixture: Prediction,
+def member_metrics(posterior, x: torch.Tensor, y: torch.Tensor, mixture: Prediction,
                    seed: int = 0) -> dict:
     """Metrics of each chain and of their mixture at test data ``(x, y)``.
 

@@ -6,7 +6,7 @@
 * :mod:`.evidence` — the prior precision: the weight prior's moments, the Laplace evidence (log
   marginal likelihood), MacKay's fixed point and the validation grid search;
 * :mod:`.laplace_posterior` — the Gaussian posterior, its Kronecker roots and draws, the linearised network and
-  the predictives (sampled network, GLM, probit, Laplace bridge).
-
-The backend :mod:`inference.backends.laplace` assembles these parts.
+  the predictives (sampled network, GLM, probit, Laplace bridge);
+* :mod:`.fit` — :func:`~inference.laplace.fit.fit_laplace`, the fit that assembles these parts (the ``laplace``
+  backend, :mod:`inference.backends.laplace`, holds its options and calls it).
 """

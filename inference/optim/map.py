@@ -37,7 +37,7 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
-from inference.optim.batches import LoaderBatches, as_batches, loader_info
+from inference.optim.batches import as_batches, loader_info
 from inference.optim.potential import Potential
 from inference.optim.training import HISTORY_KEYS, LoopOptions, OptimiserOptions, run_training_loop
 
@@ -147,7 +147,12 @@ def stack_members(fits: list[MAPFit]) -> dict:
 
 
 def run_info(backend: str, config, seed: int, x, started: float, **extra) -> dict:
-    """The ``posterior.info`` record of a MAP-family fit on ``x`` (tensor or DataLoader batches)."""
-    num_data = x.num_data if isinstance(x, LoaderBatches) else x.shape[0]
+    """The ``posterior.info`` record of a fit on ``x`` (a tensor, or batches: ``TensorBatches`` or a DataLoader's
+    ``LoaderBatches``), the one every backend leaves: ``backend`` (its name), ``config`` (its options as a
+    dict), ``seed``, ``num_data`` (N), ``fit_seconds`` (since ``started``, a ``time.perf_counter()``), a
+    DataLoader's ``data_loader`` entry, then ``extra`` (which overrides: ``fit_seconds=`` a stacked fit's share
+    of its batch's time).  A record made before the fit ends (the training loop fills its ``history``) has
+    ``fit_seconds`` set again when the fit ends."""
+    num_data = x.shape[0] if isinstance(x, torch.Tensor) else x.num_data
     return {"backend": backend, "config": asdict(config), "seed": seed, "num_data": num_data,
             "fit_seconds": time.perf_counter() - started, **loader_info(x), **extra}

@@ -24,7 +24,7 @@ from inference.optim.map import MAPOptions, fit_map
 from inference.optim.potential import Potential
 from inference.optim.training import NonFiniteLossError
 
-__all__ = ["INIT_STRATEGIES", "MAP_BATCH_SIZE", "batches_per_epoch", "initial_point", "endless_batches",
+__all__ = ["INIT_STRATEGIES", "MAP_BATCH_SIZE", "batches_per_epoch", "map_budget", "initial_point", "endless_batches",
            "epoch_log_density"]
 
 #: the ``init`` values of :func:`initial_point`
@@ -54,6 +54,14 @@ def epoch_log_density(potential: Potential, z: torch.Tensor, data: LoaderBatches
 def batches_per_epoch(num_data: int, num_batches: Optional[int] = None) -> int:
     """A DataLoader's ``num_batches``, or the batches of :data:`MAP_BATCH_SIZE` rows in ``num_data``."""
     return num_batches if num_batches is not None else math.ceil(num_data / min(MAP_BATCH_SIZE, num_data))
+
+
+def map_budget(num_data: int, epochs: Optional[int] = None) -> int:
+    """The ``map`` backend's number of Adam steps on ``num_data`` rows: ``epochs`` (``None``: its default,
+    :class:`~inference.optim.map.MAPOptions`) of minibatches of :data:`MAP_BATCH_SIZE` rows.  The one MAP
+    budget: Laplace's MAP when its ``map_steps`` is ``None``, and in a lab run the ``map`` run's budget
+    (``lab.run_spec.map_backend_steps`` passes the epochs the run gives the ``map`` backend)."""
+    return (MAPOptions().epochs if epochs is None else epochs) * batches_per_epoch(num_data)
 
 
 def map_epochs(num_data: int, num_batches: Optional[int], map_steps: int) -> int:

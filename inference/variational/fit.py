@@ -5,22 +5,22 @@ means start at the pretrained weights, as Molchanov, Ashukha & Vetrov 2017 start
 pretrained network), the guide (:func:`inference.variational.guides.build_guide`), the loop
 (:func:`inference.optim.training.run_training_loop`: minibatches, KL annealing, Adam with the
 learning-rate schedule, particle averaging, non-finite checks), optional per-epoch sparsity by the
-guide's pruning rule, and the :class:`~inference.posterior.VariationalPosterior`.  A backend
+guide's pruning rule, and the :class:`~inference.variational.posterior.VariationalPosterior`.  A backend
 supplies the guide and ``particle``, one draw of the ELBO's two terms; :func:`trace_particle` is
 that draw through Pyro traces for any guide.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Callable, Optional
 
 import pyro
 import torch
 
-from inference.optim.batches import as_batches, loader_info
+from inference.optim.batches import as_batches
+from inference.optim.map import run_info
 from inference.optim.training import HISTORY_KEYS, LoopOptions, pretrain, run_training_loop
-from inference.posterior import VariationalPosterior
+from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo import elbo_terms
 from inference.variational.guides import build_guide
 from inference.variational.pruning import guide_sparsity
@@ -70,7 +70,7 @@ def fit_guide(
             (``sparsity``, ``layer_sparsity``) and the progress bar.
         fused_adam: use PyTorch's single-kernel Adam.
     Returns:
-        the :class:`~inference.posterior.VariationalPosterior`; ``info["history"]`` holds the
+        the :class:`~inference.variational.posterior.VariationalPosterior`; ``info["history"]`` holds the
         per-epoch history.
     Raises:
         ~inference.optim.training.NonFiniteLossError: a NaN/inf loss or gradient (with the step and the last finite posterior).
@@ -88,23 +88,15 @@ def fit_guide(
     guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
     params = list(guide.parameters()) + bnn.deterministic_parameters()
     history = {key: [] for key in HISTORY_KEYS + (("sparsity", "layer_sparsity") if sparsity else ())}
-    run_info = {
-        "backend": backend,
-        "config": asdict(config),
-        "seed": seed,
-        "num_samples": config.num_samples,
-        "num_data": data.num_data,
-        "history": history,
-    }
-    run_info.update(loader_info(data))
+    record = run_info(backend, config, seed, data, started, num_samples=config.num_samples, history=history)
     if info is not None:
-        run_info.update(info(guide))
+        record.update(info(guide))
 
     def result():
-        run_info["fit_seconds"] = time.perf_counter() - started
+        record["fit_seconds"] = time.perf_counter() - started
         if sparsity:
-            run_info["sparsity"] = guide_sparsity(guide, bnn, sparsity[0])
-        return VariationalPosterior(bnn, guide, guide_name, guide_kwargs, run_info)
+            record["sparsity"] = guide_sparsity(guide, bnn, sparsity[0])
+        return VariationalPosterior(bnn, guide, guide_name, guide_kwargs, record)
 
     def on_epoch(epoch):
         report = guide_sparsity(guide, bnn, sparsity[0])

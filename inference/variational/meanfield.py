@@ -11,7 +11,7 @@ family's pruning rule, log α, in-place pruning) and is used two ways:
 
 * as a Pyro guide (``guide()`` / :func:`inference.variational.elbo.elbo_terms`): every weight site is
   sampled as ``Normal(μ, σ).to_event(...)`` and its KL comes from the family through the
-  ``site_kl(name, prior)`` hook; :class:`~inference.posterior.VariationalPosterior` draws
+  ``site_kl(name, prior)`` hook; :class:`~inference.variational.posterior.VariationalPosterior` draws
   predictions this way;
 * through :meth:`MeanFieldGuide.elbo_terms`, the fused training path of the variational
   backends: one ``[P]`` noise draw for all weight sites, weights ``μ + σ ⊙ ε`` and the

@@ -90,7 +90,7 @@ def sparsity(posterior, threshold: Optional[float] = None) -> dict:
     """Learned sparsity of a variational posterior.
 
     Args:
-        posterior: a :class:`~inference.posterior.VariationalPosterior` from one of the
+        posterior: a :class:`~inference.variational.posterior.VariationalPosterior` from one of the
             variational-family backends.
         threshold: the rule's threshold (λ for Graves/Radial, log α for the dropout families);
             default: the family's (0.83, 3, 0).

@@ -35,12 +35,12 @@ from inference.multifit.stacked import stacked_body, stacked_forward, stacked_lo
 from inference.optim.stacked_training import run_stacked_loop
 from inference.optim.map import run_info
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
-from inference.posterior import VariationalPosterior
 from inference.variational.guides import normal_prior_blocker, stock_model_blocker
 from inference.variational.pruning import guide_sparsity
 from inference.variational.radial import radial_noise
 from inference.variational.radial_kl import radial_exact_kl_rows, resolve_mc_kl
 from inference.variational.stacked_svi import latent_draw, stacked_guides, stacked_noise, stacked_normal_priors
+from inference.variational.posterior import VariationalPosterior
 
 __all__ = ["fit_radial_stacked", "radial_stack_blocker"]
 
@@ -61,7 +61,7 @@ def radial_stack_blocker(bnn, config) -> Optional[str]:
 
 def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
     """K ``radial`` fits on the fused path with the exact cross-entropy; per fit a
-    :class:`~inference.posterior.VariationalPosterior`, or a :class:`~inference.optim.training.NonFiniteLossError`
+    :class:`~inference.variational.posterior.VariationalPosterior`, or a :class:`~inference.optim.training.NonFiniteLossError`
     carrying its last finite posterior.
 
     Args as :func:`inference.optim.stacked_map.fit_map_stacked`; ``config`` is a

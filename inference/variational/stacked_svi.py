@@ -38,11 +38,11 @@ from inference.optim.latent_fit import fit_latents
 from inference.optim.map import run_info
 from inference.optim.stacked_training import run_stacked_loop
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
-from inference.posterior import VariationalPosterior
 from inference.variational.elbo_paths import choose_elbo_path
 from inference.variational.families import normal_kl
 from inference.variational.guides import build_guide
 from inference.variational.latents import normal_prior_params
+from inference.variational.posterior import VariationalPosterior
 
 __all__ = ["fit_svi_stacked", "svi_stack_blocker", "pretrain_stacked", "stacked_guides", "stacked_noise",
            "stacked_normal_priors", "latent_draw"]
@@ -168,7 +168,7 @@ def svi_stack_blocker(bnn, config):
 
 
 def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
-    """K ``svi`` fits on the fused path; per fit a :class:`~inference.posterior.VariationalPosterior`, or a
+    """K ``svi`` fits on the fused path; per fit a :class:`~inference.variational.posterior.VariationalPosterior`, or a
     :class:`~inference.optim.training.NonFiniteLossError` carrying its last finite posterior.
 
     Args as :func:`inference.optim.stacked_map.fit_map_stacked`; ``config`` is an
