@@ -6,8 +6,8 @@ from inference import fit
 from inference.evaluation.member_metrics import member_metrics, member_posteriors, member_predictions
 from inference.evaluation.metrics import evaluate
 from lab.cli import main
-from lab.run_model import build_model
-from lab.run_spec import RunSpec
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec
 from zoo.bnn import BayesianNetwork
 from zoo.data import load_dataset
 

@@ -1,6 +1,6 @@
-"""The named experiment grids of ``python -m zoo experiment NAME`` (run by :mod:`lab.experiments`).
+"""The named experiment grids of ``python -m zoo experiment NAME`` (run by :mod:`lab.grids.runner`).
 
-A grid is a list of :class:`lab.grid_runs.GridRun` s (a spec, its labels, optionally a dataset
+A grid is a list of :class:`lab.grids.experiment.GridRun` s (a spec, its labels, optionally a dataset
 builder and a prerequisite run).  Backends that are not registered in
 :data:`inference.backends.BACKENDS` are left out with a note.
 
@@ -20,27 +20,27 @@ Experiments (papers in ``docs/references.md``; published numbers in ``../shared/
 * ``radial-mc`` — Nazarovs et al. 2021 (Radial BNN with M MC-KL samples, confidence-set accuracy);
 * ``shift-rotation``, ``shift-ood``, ``uci-gap`` — issue 37: every backend on rotated digits (Ovadia et al. 2019),
   held-out digit classes (AUROC of entropy and mutual information) and UCI gap splits (Foong et al. 2019),
-  built in :mod:`lab.shift_grids`;
-* ``fidelity`` — every backend against the reference posteriors of :mod:`lab.references` (issue 37;
-  built in :mod:`lab.fidelity_grid`);
+  built in :mod:`lab.grids.shift`;
+* ``fidelity`` — every backend against the reference posteriors of :mod:`lab.references.build` (issue 37;
+  built in :mod:`lab.grids.fidelity`);
 * ``smoke`` (hidden) — a seconds-long grid for tests; ``smoke-24`` (hidden) — the same on 8 seeds
   (``benchmarks/kill_resume.py``).
 
 The grids of the UCI protocol (``uci-benchmark``, ``uci-nuts``, ``bdl-baselines``, ``paper-protocols``,
 ``heteroscedastic-defaults``) are
-built in :mod:`lab.uci_grids`.
+built in :mod:`lab.grids.uci`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from inference.variational.pruning import PRUNE_MODES
-from lab.run_spec import RunSpec
+from lab.runs.spec import RunSpec
 
-from .fidelity_grid import FIDELITY_METRICS, fidelity_grid
-from .grid_runs import Experiment, GridRun, available_backends, run_key
-from .shift_grids import gap_grid, gap_tables, ood_grid, ood_tables, rotation_grid, rotation_tables
-from .uci_grids import (bdl_grid, heteroscedastic_defaults_grid, heteroscedastic_published, paper_protocols_grid,
+from .fidelity import FIDELITY_METRICS, fidelity_grid
+from .experiment import Experiment, GridRun, available_backends, run_key
+from .shift import gap_grid, gap_tables, ood_grid, ood_tables, rotation_grid, rotation_tables
+from .uci import (bdl_grid, heteroscedastic_defaults_grid, heteroscedastic_published, paper_protocols_grid,
                         paper_published, uci_grid, uci_nuts_grid, uci_published)
 
 __all__ = ["EXPERIMENTS"]
@@ -107,7 +107,7 @@ def _euler(fast: bool, data_root) -> list:
                                    lr=1e-3, likelihood=likelihood, **generic, **lstm,
                                    backend_options={"pretrain_lr": EULER_DETERMINISTIC_LR})
                 else:  # a linear head (2 outputs per target for the heteroscedastic one) on the frozen body's
-                    # features: whitened, except under a log-variance head (lab.grid_runs.frozen_features)
+                    # features: whitened, except under a log-variance head (lab.grids.experiment.frozen_features)
                     spec = RunSpec(data=data, model="mlp", hidden=[], stochastic="all", backend=backend, seed=seed,
                                    likelihood=likelihood, backend_options=specific, **generic)
                 features = "frozen-states" if likelihood == "heteroscedastic" else "frozen-features"

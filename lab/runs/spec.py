@@ -3,7 +3,7 @@
 :func:`validate_spec` refuses a bad name or value before any data are loaded or anything is fitted;
 :func:`make_run_likelihood` builds the spec's likelihood and :func:`resolve_backend_options` the
 backend options a fit receives (the spec's generic fields, ``backend_options``, and the default
-epochs of about 5000 optimisation steps).  :func:`lab.runs.execute` runs a spec.
+epochs of about 5000 optimisation steps).  :func:`lab.runs.execution.execute` runs a spec.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The network of a run: :func:`build_model` builds a :class:`~lab.run_spec.RunSpec`'s Bayesian network.
+"""The network of a run: :func:`build_model` builds a :class:`~lab.runs.spec.RunSpec`'s Bayesian network.
 
 The architecture comes from the one registry (:data:`zoo.architectures.ARCHITECTURES`) by
 ``spec.model``: no architecture is special here.  A selection whose random weights are not only
@@ -20,7 +20,7 @@ from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
 from inference.fitting import fit
 
-from .run_spec import RunSpec, make_run_likelihood, resolve_backend_options
+from .spec import RunSpec, make_run_likelihood, resolve_backend_options
 
 __all__ = ["build_model", "OUTPUT_LAYER_SELECTIONS"]
 

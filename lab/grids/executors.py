@@ -3,8 +3,8 @@
 :func:`run_local` (a process pool; ``workers=0``: this process) and :func:`run_ray` (Ray tasks on
 an existing cluster or a local Ray instance; a run whose worker process dies is run again,
 :data:`RAY_RETRIES` times at most) both start every run once the run it needs
-(``GridRun.after``) has finished, through :func:`lab.grid_worker.run_one` (or
-:func:`lab.run_batches.run_batch` for a stacked batch).  Each returns ``({key: error} of failed
+(``GridRun.after``) has finished, through :func:`lab.grids.worker.run_one` (or
+:func:`lab.grids.batches.run_batch` for a stacked batch).  Each returns ``({key: error} of failed
 runs, [runs never started])``.
 """
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import Optional
 
 from inference.workers import ctrl_c_held, stop_workers, worker_pool
 
-from .grid_worker import run_one
-from .run_batches import RunBatch, run_batch
+from .worker import run_one
+from .batches import RunBatch, run_batch
 
 __all__ = ["EXECUTORS", "run_local", "run_ray"]
 
 EXECUTORS = ("local", "ray")
 #: times Ray runs a grid run again whose worker process died (killed, out of memory, node lost); an error
 #: raised by the run itself is not retried (it is a failed run).  The rerun replaces whatever the dead
-#: attempt left (:func:`lab.store.staged_directory` removes a dead writer's temporary folder).
+#: attempt left (:func:`lab.runs.store.staged_directory` removes a dead writer's temporary folder).
 RAY_RETRIES = 3
 
 
@@ -117,7 +117,7 @@ def run_local(runs, by_key, finished, root, workers, bar, deadline=None):
     threads = None if workers == 0 else 1
 
     def submit(run, prerequisite):
-        if isinstance(run, RunBatch):  # fitted as one stacked program (lab.run_batches)
+        if isinstance(run, RunBatch):  # fitted as one stacked program (lab.grids.batches)
             return pool.submit(run_batch, run, Path(root), partial(run_one, root=root, threads=threads), threads)
         return pool.submit(run_one, run, root, prerequisite, threads)
 
