@@ -2,7 +2,7 @@
 
 The slice: ``--datasets`` (energy, yacht) × ``--splits`` standard splits (20) × ``--backends`` (svi as in
 ``uci-benchmark``; map and ensemble, 5 members, as in ``bdl-baselines``), Gaussian likelihood, every weight
-random — the very specs of :mod:`lab.grids.papers`.  One at a time, an ensemble run stacks its own members (the
+random — the very specs of :mod:`lab.grids.uci`.  One at a time, an ensemble run stacks its own members (the
 backend's default); batched, the members of all its splits' runs form one program.  Per (dataset, backend)
 the runs are done both ways, interleaved (the order alternates between groups):
 

@@ -55,7 +55,7 @@ def _environment() -> dict:
 
 def grid_keys(grid: str) -> list:
     sys.path.insert(0, str(ROOT))
-    from lab.grids.papers import EXPERIMENTS
+    from lab.grids.registry import EXPERIMENTS
 
     return sorted(r.key for r in EXPERIMENTS[grid].build(False, None))
 

@@ -20,7 +20,7 @@ from zoo.data import Dataset
 from lab.grids.runner import run_experiment
 from lab.grids.experiment import Experiment, GridRun, frozen_features
 from lab.grids.worker import is_finished
-from lab.grids.papers import EXPERIMENTS
+from lab.grids.registry import EXPERIMENTS
 from lab.runs.store import RunLock, seal
 from lab.grids.tables import summarise
 

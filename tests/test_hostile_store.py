@@ -220,7 +220,7 @@ def test_write_text_file_replaces_a_planted_link_and_never_writes_through(tmp_pa
 
 
 def test_experiment_tables_replace_links_planted_at_their_names(tmp_path):
-    from lab.grids.runner import get_experiment
+    from lab.grids.registry import get_experiment
     from lab.grids.tables import write_tables
 
     victim = tmp_path / "victim.txt"

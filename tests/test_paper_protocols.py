@@ -1,7 +1,7 @@
 """The ``paper-protocols`` grid: each method under its own paper's protocol, beside the published numbers."""
 from __future__ import annotations
 
-from lab.grids.papers import EXPERIMENTS
+from lab.grids.registry import EXPERIMENTS
 from lab.runs.spec import validate_spec
 from lab.grids.uci import PAPER_PUBLISHED
 from zoo.data import load_uci

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from lab.cli import main
-from lab.grids.papers import EXPERIMENTS
+from lab.grids.registry import EXPERIMENTS
 from lab.report import render_section
 from lab.report.rundata import NotApplicable, ReportRun
 from lab.report.shift import shift as shift_section

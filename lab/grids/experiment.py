@@ -1,6 +1,6 @@
 """What a grid run is made of: :class:`GridRun`, :class:`Experiment`, the dataset builders and extra metrics.
 
-A grid (:mod:`lab.grids.papers`) is a list of :class:`GridRun` s: a :class:`lab.runs.spec.RunSpec`, the labels
+A grid (registered in :mod:`lab.grids.registry`) is a list of :class:`GridRun` s: a :class:`lab.runs.spec.RunSpec`, the labels
 that identify its configuration in the result tables, and optionally a dataset builder (a name
 in :data:`DATASETS`, for data that :func:`zoo.data.load_dataset` cannot express) and a
 prerequisite run whose output the builder reads (e.g. last-layer inference on the *frozen* body

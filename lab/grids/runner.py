@@ -1,6 +1,6 @@
 """Experiment runner: ``python -m zoo experiment NAME [--fast] [--out DIR] [--executor local|ray]``.
 
-Runs a named grid of :mod:`lab.grids.papers` (dataset × architecture × stochastic subset ×
+Runs a grid registered in :mod:`lab.grids.registry` (dataset × architecture × stochastic subset ×
 backend × splits / seeds).  Every run goes through :func:`lab.runs.execution.execute` and is written whole
 (:func:`lab.grids.worker.run_one`, extra metrics included) into ``DIR/runs/<key>/``.  A run folder that
 :func:`lab.runs.store.verify_run` accepts (sealed, every file of its recorded size and digest) and
@@ -36,15 +36,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .executors import EXECUTORS, run_local, run_ray
-from .experiment import Experiment
-from .worker import is_finished
-from .papers import EXPERIMENTS
-from .batches import group_runs
 from lab.runs.store import RunLock, check_folder, remove_stale_temporaries
-from .tables import write_tables
 
-__all__ = ["run_experiment", "get_experiment", "add_experiment_arguments", "run_experiment_command"]
+from .batches import group_runs
+from .executors import EXECUTORS, run_local, run_ray
+from .registry import EXPERIMENTS, get_experiment
+from .tables import write_tables
+from .worker import is_finished
+
+__all__ = ["run_experiment", "add_experiment_arguments", "run_experiment_command"]
 
 
 def _select(runs, only: Optional[str]) -> list:
@@ -133,13 +133,6 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
         results, summary, files = write_tables(experiment, grid, root, out, failures, timing)
     return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
             "not_started": len(left), "files": files, "wall_seconds": timing["wall_seconds"]}
-
-
-def get_experiment(name: str) -> Experiment:
-    if name not in EXPERIMENTS:
-        names = [n for n, e in EXPERIMENTS.items() if not e.hidden]
-        raise ValueError(f"unknown experiment {name!r}; valid experiments: {', '.join(names)}")
-    return EXPERIMENTS[name]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The grids of issue 37's shift experiments (:data:`lab.grids.papers.EXPERIMENTS`), their tables and figures.
+"""The grids of issue 37's shift experiments (registered in :mod:`lab.grids.registry`), their tables and figures.
 
 * ``shift-rotation`` — every classification backend × seeds on ``digits-rotated`` (LeNet-300-100):
   accuracy, NLL, ECE and Brier of the test images rotated 0°–180° (Ovadia et al. 2019);

@@ -1,5 +1,5 @@
 """The grids of the UCI regression protocol (the standard splits of Hernández-Lobato & Adams 2015):
-``uci-benchmark``, ``uci-nuts``, ``bdl-baselines`` and ``paper-protocols`` (:data:`lab.grids.papers.EXPERIMENTS`).
+``uci-benchmark``, ``uci-nuts``, ``bdl-baselines`` and ``paper-protocols`` (registered in :mod:`lab.grids.registry`).
 
 Identical specs get identical run keys in every one of these grids (:func:`uci_run`), so grids that
 share runs fit them once (``--runs DIR``).  Published numbers: :data:`PUBLISHED_UCI` (Gal &
