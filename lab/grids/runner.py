@@ -36,10 +36,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from inference.workers import EXECUTORS, check_executor
 from lab.runs.store import RunLock, check_folder, remove_stale_temporaries
 
 from .batches import group_runs
-from .executors import EXECUTORS, run_local, run_ray
+from .executors import run_local, run_ray
 from .registry import EXPERIMENTS, get_experiment
 from .tables import write_tables
 from .worker import is_finished
@@ -90,8 +91,7 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     from zoo.progress import tqdm
 
     experiment = get_experiment(name)
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+    check_executor(executor)  # a known one, and Ray installed for "ray"
     if int(batch_fits) < 1:
         raise ValueError(f"--batch-fits must be at least 1 (1: every run fitted alone), got {batch_fits}")
     if int(workers) < 0:
