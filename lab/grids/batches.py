@@ -26,7 +26,7 @@ from zoo.data import load_dataset
 
 from .experiment import EXTRAS, GridRun
 from lab.runs.model import build_model
-from lab.runs.spec import resolve_backend_options, validate_spec
+from lab.runs.spec import resolve_run, validate_spec
 from lab.runs.execution import execute, write_run
 
 __all__ = ["RunBatch", "batch_key", "group_runs", "run_batch"]
@@ -86,15 +86,14 @@ def run_batch(batch: RunBatch, root, run_alone, threads: Optional[int] = 1) -> d
     runs, outcome = batch.runs, {}
     cpu_started = time.process_time()
     try:
-        for run in runs:
-            validate_spec(run.spec)
+        checked = [validate_spec(run.spec) for run in runs]
         datas = [load_dataset(r.spec.data, split=r.spec.split, seed=r.spec.seed, **r.spec.data_options) for r in runs]
-        options = [resolve_backend_options(r.spec, d) for r, d in zip(runs, datas)]
-        if any(o != options[0] for o in options):
+        resolved = [resolve_run(r.spec, d, c) for r, d, c in zip(runs, datas, checked)]
+        if any(r.options != resolved[0].options for r in resolved):
             raise ValueError("the runs' resolved options differ")
-        bnns = [build_model(r.spec, d) for r, d in zip(runs, datas)]
+        bnns = [build_model(r.spec, d, res.likelihood) for r, d, res in zip(runs, datas, resolved)]
         fits = fit_many(bnns, [d.x_train for d in datas], [d.y_train for d in datas], backend=runs[0].spec.backend,
-                        seeds=[r.spec.seed for r in runs], **options[0])
+                        seeds=[r.spec.seed for r in runs], **resolved[0].options)
     except ValueError:  # not stackable after all: one at a time, as without batching
         for run in runs:
             try:

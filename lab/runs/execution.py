@@ -23,8 +23,8 @@ and an existing run is only replaced (whole) with ``overwrite``.  A fit whose dr
 non-finite or whose every transition diverged raises :class:`lab.runs.evaluation.RunFailed` and
 writes nothing.  The CLI (``python -m zoo fit``) and the experiment runner both go through here.
 
-One run's path: :func:`lab.runs.spec.validate_spec` → the data → :func:`lab.runs.spec.resolve_backend_options`
-→ :func:`lab.runs.model.build_model` → :func:`inference.fit` → :func:`lab.runs.evaluation.check_draws` →
+One run's path: :func:`lab.runs.spec.validate_spec` → the data → :func:`lab.runs.spec.resolve_run` (the
+:class:`~lab.runs.spec.ResolvedRun`: likelihood and backend options, once) → :func:`lab.runs.model.build_model` → :func:`inference.fit` → :func:`lab.runs.evaluation.check_draws` →
 pruning → :func:`lab.runs.evaluation.evaluate_posterior` → :func:`write_run`.
 """
 from __future__ import annotations
@@ -44,8 +44,6 @@ from zoo.data import Dataset, load_dataset
 
 from inference.evaluation.arviz_export import MAX_LOO_POINTS, save_netcdf
 from inference.evaluation.diagnostics import convergence_warning
-from inference.backends import BACKENDS
-from inference.backends.base import parse_config
 from inference.fitting import fit, resolve_device
 from inference.memory import check_prediction_memory
 from inference.posterior import to_jsonable
@@ -55,7 +53,7 @@ from lab.references.fidelity import flat_columns, matching_reference, score_pred
 from .isolated import write_in_child
 from .evaluation import RunFailed, check_draws, evaluate_posterior
 from .model import build_model
-from .spec import RunSpec, resolve_backend_options, validate_spec
+from .spec import RunSpec, resolve_run, validate_spec
 from .store import check_destination, staged_directory
 
 __all__ = ["RunResult", "RUN_FILES", "execute", "write_run"]
@@ -108,15 +106,15 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     """
     if out_dir is not None:
         check_destination(out_dir, overwrite)
-    validate_spec(spec)
+    checked = validate_spec(spec)
     device = None if device is None else resolve_device(device)
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
-    options = resolve_backend_options(spec, data)  # every option checked (and typed) before any fitting
-    bnn = build_model(spec, data) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
+    run = resolve_run(spec, data, checked)  # once: the likelihood, every option checked and typed, before any fit
+    options = run.options
+    bnn = build_model(spec, data, run.likelihood) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
     if fitted is None:  # the test-set prediction's arrays, refused before the fit rather than after it
-        draws = prediction_draws(spec.backend, options)
-        check_prediction_memory(bnn, math.prod(draws.values()), data.n_test, draws,
+        check_prediction_memory(bnn, math.prod(run.draws.values()), data.n_test, run.draws,
                                 train_points=min(data.n_train, MAX_LOO_POINTS))
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
@@ -164,14 +162,6 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     if out_dir is not None:
         write_run(result, out_dir, overwrite=overwrite)
     return result
-
-
-def prediction_draws(backend: str, options: dict) -> dict:
-    """What sets the draws of the run's test-set prediction: ``{option: value}`` of ``num_samples``,
-    ``num_chains`` and ``num_members`` where the backend has them (their product; {} for a point estimate)."""
-    config = parse_config(BACKENDS[backend], options)
-    return {name: int(getattr(config, name) or 1) for name in ("num_samples", "num_chains", "num_members")
-            if hasattr(config, name)}
 
 
 def _fidelity(fingerprint: str, posterior, prediction, data: Dataset, seed: int) -> dict:
