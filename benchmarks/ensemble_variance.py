@@ -1,6 +1,6 @@
 """What makes an ensemble's predictive variance wrong: one candidate at a time, on a few splits (issue 39).
 
-Each variant is a run of the run layer (:func:`lab.runs.execute`, the same fit and evaluation as
+Each variant is a run of the run layer (:func:`lab.runs.execution.execute`, the same fit and evaluation as
 ``python -m zoo fit``) with some spec fields or backend options changed; per split it records the metrics
 of the run (RMSE, test LL and 90 % coverage of the predictive mixture, the training LL, ``failed_fit``) and
 more read from the same prediction:
@@ -18,7 +18,7 @@ It prints one line per variant: means over the splits (and the number of runs fl
     python benchmarks/ensemble_variance.py --data uci:bostonHousing --backend ensemble --splits 0 1 2 \\
         --variant default --variant 'beta=1:likelihood_options.beta=1.0'
 
-A variant is ``NAME`` or ``NAME:FIELD=VALUE,FIELD=VALUE``; ``FIELD`` is a :class:`lab.run_spec.RunSpec` field
+A variant is ``NAME`` or ``NAME:FIELD=VALUE,FIELD=VALUE``; ``FIELD`` is a :class:`lab.runs.spec.RunSpec` field
 (``epochs``, ``lr``, ``prior_scale``, ``likelihood``, ...), ``option.KEY`` a backend option, or
 ``likelihood_options.KEY``; values are read as JSON where they parse (``true``, ``0.1``), else as strings.
 """
@@ -32,8 +32,8 @@ import warnings
 
 import torch
 
-from lab.run_spec import RunSpec
-from lab.runs import execute
+from lab.runs.spec import RunSpec
+from lab.runs.execution import execute
 
 __all__ = ["parse_variant", "gaussian_moment_metrics", "run_variant", "main"]
 

@@ -3,7 +3,7 @@
     python benchmarks/fidelity.py [--root DIR] [--names toy1d moons ...] [--rebuild] [--no-grid] [--fast]
                                   [--out DIR] [--workers 2]
 
-For every named reference problem (default: all of ``lab.reference_problems.PROBLEMS``) it builds the
+For every named reference problem (default: all of ``lab.references.problems.PROBLEMS``) it builds the
 reference into ``--root`` (default ``$BNN_ZOO_REFERENCES`` or ``~/.cache/bnn-zoo/references``) unless one
 is built there already (``--rebuild``: build anyway) and prints ``reference_build_seconds NAME S`` — the
 wall time of this build, or the one recorded in the reference's manifest (said on stderr) — then runs
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from lab.experiments import run_experiment  # noqa: E402
-from lab.reference_problems import PROBLEMS  # noqa: E402
-from lab.references import build_reference, load_reference  # noqa: E402
+from lab.grids.runner import run_experiment  # noqa: E402
+from lab.references.problems import PROBLEMS  # noqa: E402
+from lab.references.build import build_reference, load_reference  # noqa: E402
 
 
 def main() -> None:

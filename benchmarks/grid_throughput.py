@@ -2,13 +2,13 @@
 
 The slice: ``--datasets`` (energy, yacht) × ``--splits`` standard splits (20) × ``--backends`` (svi as in
 ``uci-benchmark``; map and ensemble, 5 members, as in ``bdl-baselines``), Gaussian likelihood, every weight
-random — the very specs of :mod:`lab.grids`.  One at a time, an ensemble run stacks its own members (the
+random — the very specs of :mod:`lab.grids.uci`.  One at a time, an ensemble run stacks its own members (the
 backend's default); batched, the members of all its splits' runs form one program.  Per (dataset, backend)
 the runs are done both ways, interleaved (the order alternates between groups):
 
-* one at a time: :func:`lab.runs.execute` per run (fit, predict, metrics, ArviZ exports);
+* one at a time: :func:`lab.runs.execution.execute` per run (fit, predict, metrics, ArviZ exports);
 * batched: :func:`inference.fit_many` over the group's splits, then
-  :func:`lab.runs.execute` with ``fitted=`` per run (the same evaluation).
+  :func:`lab.runs.execution.execute` with ``fitted=`` per run (the same evaluation).
 
 Run folders are not written (the writing is the same for both).  Times are CPU seconds of this
 process (``time.process_time``: user + system of every thread), not wall time, because the machine is
@@ -31,10 +31,10 @@ import warnings
 import torch
 
 from inference.fitting import fit_many
-from lab.run_model import build_model
-from lab.run_spec import RunSpec, resolve_backend_options
-from lab.runs import execute
-from lab.uci_grids import UCI_BACKENDS, bdl_options, uci_cells, uci_run
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec, resolve_backend_options
+from lab.runs.execution import execute
+from lab.grids.uci import UCI_BACKENDS, bdl_options, uci_cells, uci_run
 from zoo.data import load_dataset
 
 

@@ -7,13 +7,13 @@ more to the end.  A kill lands a uniform random time after the process has taken
 (imports done), within the uninterrupted grid's time to its first finished run plus one and a half
 runs per worker (once every run is done: within the time of an invocation that only writes the
 tables), so that the moments cover worker start-up, fits, run writes and table writes.  After every kill: no worker process is left, every
-run folder is complete (:func:`lab.store.verify_run`) or absent — only hidden temporaries of dead
+run folder is complete (:func:`lab.runs.store.verify_run`) or absent — only hidden temporaries of dead
 writers may be there, and the next start removes them.  At the end: no temporary left anywhere,
 one row per run, and ``results.csv`` equal to an uninterrupted run's but for wall/CPU times.
 
 ``ray``: ``--executor ray --workers 2`` on a local Ray instance; once a Ray worker process is
 executing a run (``ray::run_one``) it is killed with ``SIGKILL``; the grid must finish with no
-failure (Ray runs the killed run again, :data:`lab.executors.RAY_RETRIES`), every run complete, one
+failure (Ray runs the killed run again, :data:`lab.grids.executors.RAY_RETRIES`), every run complete, one
 row per run, no temporary left, the table equal to the uninterrupted local one.  ``--kills`` grids,
 one worker killed in each.
 
@@ -55,7 +55,7 @@ def _environment() -> dict:
 
 def grid_keys(grid: str) -> list:
     sys.path.insert(0, str(ROOT))
-    from lab.grids import EXPERIMENTS
+    from lab.grids.registry import EXPERIMENTS
 
     return sorted(r.key for r in EXPERIMENTS[grid].build(False, None))
 
@@ -66,8 +66,8 @@ def temporaries(folder: Path) -> list:
 
 def check_runs(out: Path, keys: list) -> dict:
     """Every run folder under ``out/runs`` complete (verified) or absent; returns counts."""
-    from lab.runs import RUN_FILES
-    from lab.store import verify_run
+    from lab.runs.execution import RUN_FILES
+    from lab.runs.store import verify_run
 
     runs = out / "runs"
     visible = sorted(p.name for p in runs.iterdir() if not p.name.startswith(".")) if runs.is_dir() else []

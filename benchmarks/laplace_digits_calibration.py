@@ -50,8 +50,8 @@ from inference.laplace.curvature import WeightLayout, jacobian_chunks, jacobian_
 from inference.laplace.evidence import held_out_folds, held_out_steps, prior_moments, validation_search
 from inference.laplace.laplace_posterior import _projected, bridge_log_alpha, probit_logits
 from inference.laplace.map_ggn import covariance_root, map_and_curvature
-from lab.run_model import build_model
-from lab.run_spec import RunSpec, resolve_backend_options
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec, resolve_backend_options
 from zoo.data import load_dataset
 
 DELTAS = [10.0 ** (k / 5) for k in range(0, 36)]

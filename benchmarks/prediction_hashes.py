@@ -6,7 +6,7 @@
 Every registered backend is fitted on a tiny regression (24 points of a sine, a 1-4-1 MLP; the smallest
 settings that run it end to end) with the last layer and with all weights stochastic; a classification
 network on scikit-learn's digits with two backends; the stacked multi-fit engine; one CLI run per task
-through ``lab.runs.execute``.  For each, the SHA-256 of the bytes of the predictive draws
+through ``lab.runs.execution.execute``.  For each, the SHA-256 of the bytes of the predictive draws
 (``Prediction.f``), of the pointwise log-likelihood that ``to_arviz`` exports, and of the prediction
 after a save/load round trip.  One line per configuration, ``name digest``; the last line is
 ``prediction_hashes_equal <k>/<n>`` with ``--compare`` (``k`` configurations identical), else the
@@ -136,8 +136,8 @@ def multifit() -> str:
 
 
 def cli_run(spec_options: dict) -> str:
-    from lab.run_spec import RunSpec
-    from lab.runs import execute
+    from lab.runs.spec import RunSpec
+    from lab.runs.execution import execute
     with tempfile.TemporaryDirectory() as folder:
         result = execute(RunSpec(seed=0, split=0, **spec_options), f"{folder}/run", progress=False)
         posterior = load_posterior(f"{folder}/run/posterior")

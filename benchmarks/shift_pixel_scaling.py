@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from inference import fit  # noqa: E402
 from inference.evaluation.metrics import classification_metrics  # noqa: E402
-from lab.run_model import build_model  # noqa: E402
-from lab.run_spec import RunSpec  # noqa: E402
+from lab.runs.model import build_model  # noqa: E402
+from lab.runs.spec import RunSpec  # noqa: E402
 from zoo.data import load_dataset, rotate_images, rotation_angles  # noqa: E402
 from zoo.data.sklearn_sets import digits_split  # noqa: E402
 

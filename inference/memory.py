@@ -131,7 +131,7 @@ def prediction_memory(bnn, num_samples: int, points: int, draws_from: Optional[d
 
 def run_prediction_memory(bnn, num_samples: int, test_points: int, train_points: int,
                           draws_from: Optional[dict] = None) -> MemoryPart:
-    """A run's prediction and its ArviZ exports (``lab.runs``: the test set's ``posterior.nc`` and the
+    """A run's prediction and its ArviZ exports (``lab.runs.execution``: the test set's ``posterior.nc`` and the
     training subset's ``train.nc``): ``draws × (test + train points) × 24 × b`` bytes.
 
     Measured (float32, peak resident memory less a 10-draw run's, ``zoo fit --backend svi --hidden 8

@@ -10,6 +10,10 @@ leaves no worker behind.
 one torch thread each) on the Ray instance this process is connected to — ``ray.init(address=...)``
 before the call for a cluster — or, when there is none, on a local Ray instance with ``workers``
 CPUs that is shut down afterwards.
+
+This module is the one place that starts worker processes and Ray: :func:`ray_session` (used by
+:func:`run_calls` and by the experiment grids' scheduler, :mod:`lab.grids.executors`) connects to or
+starts Ray and shuts down what it started; :func:`worker_pool` spawns the local workers.
 """
 from __future__ import annotations
 
@@ -24,11 +28,12 @@ from multiprocessing import resource_tracker
 import signal
 import sys
 import threading
-from typing import Callable
+from typing import Callable, Iterator, Optional
 
 import torch
 
-__all__ = ["die_with_parent", "worker_pool", "stop_workers", "run_calls", "check_executor", "ctrl_c_held", "EXECUTORS"]
+__all__ = ["die_with_parent", "worker_pool", "stop_workers", "run_calls", "check_executor", "ctrl_c_held", "ray_session",
+           "EXECUTORS"]
 
 #: where :func:`run_calls` runs: local worker processes or Ray tasks
 EXECUTORS = ("local", "ray")
@@ -97,6 +102,25 @@ def check_executor(executor: str, option: str = "executor") -> None:
                          f"{option}='local'")
 
 
+@contextlib.contextmanager
+def ray_session(cpus: int, address: Optional[str] = None) -> Iterator:
+    """The ``ray`` module, connected: to the Ray instance this process is already connected to, else to the
+    cluster at ``address``, else to a local Ray instance with ``cpus`` CPUs (no dashboard); what is started
+    here is shut down on exit.  ``ValueError`` without Ray installed (:func:`check_executor`)."""
+    check_executor("ray")
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        local = {} if address else {"num_cpus": max(int(cpus), 1), "include_dashboard": False}
+        ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
+    try:
+        yield ray
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
 def _ray_call(fn: Callable, args: tuple):
     """A Ray task: ``fn(*args)`` with one torch thread."""
     torch.set_num_threads(1)
@@ -127,20 +151,13 @@ def run_calls(fn: Callable, calls: list[tuple], workers: int, executor: str = "l
             raise
         pool.shutdown()
         return results
-    import ray
-
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(num_cpus=max(int(workers), 1), include_dashboard=False, log_to_driver=False, configure_logging=False)
-    handles = []
-    try:
-        task = ray.remote(num_cpus=1)(_ray_call)
-        handles = [task.remote(fn, args) for args in calls]
-        return ray.get(handles)
-    except BaseException:
-        for handle in handles:
-            ray.cancel(handle, force=True)
-        raise
-    finally:
-        if started_here:
-            ray.shutdown()
+    with ray_session(workers) as ray:
+        handles = []
+        try:
+            task = ray.remote(num_cpus=1)(_ray_call)
+            handles = [task.remote(fn, args) for args in calls]
+            return ray.get(handles)
+        except BaseException:
+            for handle in handles:
+                ray.cancel(handle, force=True)
+            raise

@@ -1,13 +1,13 @@
 """Command line: ``python -m zoo COMMAND ...`` (also ``python -m lab``).
 
 ``COMMANDS`` is the explicit table name → (add_arguments, run, help) of ``fit`` (here),
-``experiment`` (:mod:`lab.experiments`) and ``report`` (:mod:`lab.report`).  Every argument, option
+``experiment`` (:mod:`lab.grids.runner`) and ``report`` (:mod:`lab.report`).  Every argument, option
 and the output path are validated before any fitting: bad ones exit with status 2 and a one-line
 reason on stderr (so does ``--out`` at an existing run without ``--overwrite``, or an experiment
-folder another process is using).  A fit whose posterior is unusable (:class:`lab.run_evaluation.RunFailed`,
+folder another process is using).  A fit whose posterior is unusable (:class:`lab.runs.evaluation.RunFailed`,
 non-finite losses, or with ``--strict`` a fit flagged ``failed_fit``) exits with 1, Ctrl-C with 130
 and SIGTERM with 143, each with one line; an interrupted fit leaves the output path as it was (see
-:mod:`lab.store`).
+:mod:`lab.runs.store`).
 """
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ from zoo.likelihoods import LIKELIHOODS
 from zoo.priors import PRIORS
 from zoo.stochastic import SELECTOR_NAMES
 
-from .experiments import add_experiment_arguments, run_experiment_command
-from .fidelity import add_fidelity_arguments, run_fidelity_command
-from .reference_cli import add_reference_arguments, run_reference_command
+from lab.grids.runner import add_experiment_arguments, run_experiment_command
+from lab.references.fidelity import add_fidelity_arguments, run_fidelity_command
+from lab.references.cli import add_reference_arguments, run_reference_command
 from .report import add_report_arguments, run_report_command, write_report
-from .run_evaluation import RunFailed
-from .run_spec import RunSpec
-from .runs import execute
-from .store import WriteError, interrupted, note_interrupt
+from lab.runs.evaluation import RunFailed
+from lab.runs.spec import RunSpec
+from lab.runs.execution import execute
+from lab.runs.store import WriteError, interrupted, note_interrupt
 
 __all__ = ["main", "COMMANDS", "build_parser"]
 
@@ -183,7 +183,7 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args) -> RunSpec:
-    """The :class:`~lab.run_spec.RunSpec` of parsed ``fit`` arguments (``--option`` values read as JSON)."""
+    """The :class:`~lab.runs.spec.RunSpec` of parsed ``fit`` arguments (``--option`` values read as JSON)."""
     noise = args.noise if args.noise == "learned" else _float_arg("--noise", args.noise)
     options = {BACKEND_FLAGS[k]: getattr(args, k) for k in BACKEND_FLAGS if getattr(args, k) is not None}
     for key, value in (_option_arg(text) for text in args.option):
@@ -259,7 +259,7 @@ def _run_fit(args) -> int:
                      strict=args.strict)
     metrics = result.metrics
     if args.report:
-        print(f"wrote {write_report(result.directory)}")  # atomic: lab.store.write_text_file
+        print(f"wrote {write_report(result.directory)}")  # atomic: lab.runs.store.write_text_file
     rows = [(k, metrics[k]) for k in SUMMARY_KEYS if k in metrics]
     width = max(len(k) for k, _ in rows)
     print(f"{spec.data} · {spec.model} · stochastic={spec.stochastic} · backend={spec.backend} · split {spec.split} · seed {spec.seed}")
@@ -330,7 +330,7 @@ def _raise_interrupt(signum, frame):
     interrupt is lost (Python swallows an exception raised inside a finaliser, e.g. a ``__del__``
     that the signal happened to land in; the fit would then run on).  Run folders stay whole: a run
     is written aside and renamed into place, and the next write removes a killed writer's leftovers."""
-    note_interrupt()  # a swallowed interrupt still stops the write (lab.store) and the exit status (main)
+    note_interrupt()  # a swallowed interrupt still stops the write (lab.runs.store) and the exit status (main)
     watchdog = threading.Timer(CTRL_C_GRACE_SECONDS, _exit_interrupted)
     watchdog.daemon = True
     watchdog.start()

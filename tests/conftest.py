@@ -19,7 +19,7 @@ import pytest
 import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# runs are scored against any reference posterior built in $BNN_ZOO_REFERENCES (lab.fidelity): tests see an empty one
+# runs are scored against any reference posterior built in $BNN_ZOO_REFERENCES (lab.references.fidelity): tests see an empty one
 os.environ["BNN_ZOO_REFERENCES"] = tempfile.mkdtemp(prefix="bnn-zoo-references-")
 atexit.register(shutil.rmtree, os.environ["BNN_ZOO_REFERENCES"], ignore_errors=True)
 

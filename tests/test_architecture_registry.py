@@ -7,8 +7,8 @@ from torch import nn
 from inference import load_posterior
 from inference.storage.net_spec import build_net, net_spec
 from lab.cli import main
-from lab.run_model import build_model
-from lab.run_spec import RunSpec
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec
 from zoo.architectures import ARCHITECTURES, Architecture, build_architecture, register_architecture
 from zoo.data import load_dataset
 

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from inference.fitting import fit
 from inference.backends.deep_ensemble import DeepEnsembleConfig, chooses_epochs, max_epochs
 from inference.ensembles.deep import fgsm_epsilon, fgsm_inputs
-from lab.run_spec import RunSpec, make_run_likelihood, resolve_backend_options
+from lab.runs.spec import RunSpec, make_run_likelihood, resolve_backend_options
 from zoo.architectures import build_architecture
 from zoo.bnn import BayesianNetwork
 from zoo.data import load_dataset

@@ -113,8 +113,8 @@ def test_bad_options(options, message):
 
 
 def test_run_metrics_hold_the_members(tmp_path):
-    from lab.run_spec import RunSpec
-    from lab.runs import execute
+    from lab.runs.spec import RunSpec
+    from lab.runs.execution import execute
 
     spec = RunSpec(data="toy1d", backend="ensemble", hidden=[8], epochs=5, backend_options={"num_members": 2})
     result = execute(spec, tmp_path / "run", progress=False)

@@ -11,7 +11,7 @@ from inference.backends.mc_dropout import DEFAULT_DROPOUT, MCDropoutConfig
 from inference.dropout import gal2016
 from inference.dropout.gal2016 import GAL2016_DROPOUT_GRID
 from inference.dropout.sampling import dropout_layers
-from lab.run_spec import RunSpec, resolve_backend_options
+from lab.runs.spec import RunSpec, resolve_backend_options
 from torch.utils.data import DataLoader, TensorDataset
 from zoo.data import load_dataset
 from zoo.architectures import build_architecture

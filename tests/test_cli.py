@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import lab.runs
+import lab.runs.execution
 from inference import fit, load_netcdf, load_posterior
 from lab.cli import main
-from lab.run_model import build_model
-from lab.run_spec import RunSpec
-from lab.runs import RUN_FILES
-from lab.store import verify_run
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec
+from lab.runs.execution import RUN_FILES
+from lab.runs.store import verify_run
 from zoo.data import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +101,7 @@ def test_existing_run_is_refused_before_any_work_and_replaced_whole_with_overwri
     def no_work(*args, **kwargs):
         raise AssertionError("data loaded although the output path is invalid")
 
-    monkeypatch.setattr(lab.runs, "load_dataset", no_work)
+    monkeypatch.setattr(lab.runs.execution, "load_dataset", no_work)
     capsys.readouterr()
     assert main(["fit", *TINY, "--seed", "1", "--out", str(out)]) == 2
     assert "already holds a run; pass --overwrite" in capsys.readouterr().err
@@ -173,7 +173,7 @@ def test_a_laplace_run_takes_the_map_runs_budget_so_its_mean_is_that_runs_map():
     """In a run, Laplace's default MAP (``map_steps=None``: "the map backend's budget") gets the steps the run
     layer gives a ``map`` run on the same data (its default epochs of minibatches of 64), not the API's 200
     epochs: the digits Laplace-vs-MAP rows then compare a Laplace with the very MAP it is built on."""
-    from lab.run_spec import default_epochs, map_backend_steps, resolve_backend_options
+    from lab.runs.spec import default_epochs, map_backend_steps, resolve_backend_options
 
     data = load_dataset("digits")
     n = data.n_train

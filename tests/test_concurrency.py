@@ -3,7 +3,7 @@ concurrent ``zoo experiment`` into one experiment folder.
 
 Writers are forked from this process (so that eight of them start in milliseconds, not after eight
 torch imports), released at the same instant, and each runs the command line's ``main`` exactly as
-``python -m zoo`` does.  Every run must be complete (:func:`lab.store.verify_run`), no temporary
+``python -m zoo`` does.  Every run must be complete (:func:`lab.runs.store.verify_run`), no temporary
 folder may stay, and the tables must equal those of the same commands run one after another.
 """
 import json
@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from lab.cli import main
-from lab.experiments import run_experiment
-from lab.locks import RunLock
-from lab.runs import RUN_FILES
-from lab.store import StoreError, verify_run
+from lab.grids.runner import run_experiment
+from lab.runs.locks import RunLock
+from lab.runs.execution import RUN_FILES
+from lab.runs.store import StoreError, verify_run
 
 FIT = ["fit", "--data", "toy1d", "--backend", "map", "--hidden", "4", "--epochs", "5",
        "--quiet"]
@@ -156,15 +156,15 @@ def test_a_negative_wait_is_refused(tmp_path, capsys):
 # ------------------------------------------------------------------ the pieces: re-checked rename, stale temporaries
 @pytest.fixture(scope="module")
 def small_result():
-    from lab.run_spec import RunSpec
-    from lab.runs import execute
+    from lab.runs.spec import RunSpec
+    from lab.runs.execution import execute
 
     return execute(RunSpec(data="toy1d", hidden=[4], epochs=3, num_samples=10), progress=False)
 
 
 def _another_writer_gets_there_first(monkeypatch, target: Path, seed: int):
-    """``os.replace`` in lab.store: just before the first rename onto ``target``, a run of ``seed`` appears."""
-    import lab.store
+    """``os.replace`` in lab.runs.store: just before the first rename onto ``target``, a run of ``seed`` appears."""
+    import lab.runs.store
 
     real = os.replace
 
@@ -175,13 +175,13 @@ def _another_writer_gets_there_first(monkeypatch, target: Path, seed: int):
             (target / "config.json").write_text(json.dumps({"seed": seed}))
         return real(source, destination)
 
-    monkeypatch.setattr(lab.store.os, "replace", replace)
+    monkeypatch.setattr(lab.runs.store.os, "replace", replace)
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_run_renamed_into_place_by_another_writer_meanwhile_is_kept_or_replaced_whole(tmp_path, monkeypatch,
                                                                                        small_result, overwrite):
-    from lab.runs import write_run
+    from lab.runs.execution import write_run
 
     target = tmp_path / "run"
     _another_writer_gets_there_first(monkeypatch, target, seed=99)
@@ -199,7 +199,7 @@ def test_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_path):
     import socket
     import subprocess
 
-    from lab.store import remove_stale_temporaries
+    from lab.runs.store import remove_stale_temporaries
 
     dead = subprocess.Popen(["true"])
     dead.wait()

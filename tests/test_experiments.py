@@ -12,17 +12,17 @@ import pandas as pd
 import pytest
 import torch
 
-from lab import uci_grids
-from lab.run_spec import RunSpec
+from lab.grids import uci as uci_grids
+from lab.runs.spec import RunSpec
 from zoo.architectures import build_architecture, output_modules
 from lab.cli import main
 from zoo.data import Dataset
-from lab.experiments import run_experiment
-from lab.grid_runs import Experiment, GridRun, frozen_features
-from lab.grid_worker import is_finished
-from lab.grids import EXPERIMENTS
-from lab.store import RunLock, seal
-from lab.tables import summarise
+from lab.grids.runner import run_experiment
+from lab.grids.experiment import Experiment, GridRun, frozen_features
+from lab.grids.worker import is_finished
+from lab.grids.registry import EXPERIMENTS
+from lab.runs.store import RunLock, seal
+from lab.grids.tables import summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 

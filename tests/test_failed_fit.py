@@ -10,11 +10,11 @@ from scipy import stats
 from inference.prediction import Prediction
 from inference.evaluation.sanity import SCALE_LIMIT, fit_check, trivial_predictor_metrics
 from lab.cli import main
-from lab.grid_runs import Experiment, GridRun
-from lab.grid_worker import run_one
-from lab.run_spec import RunSpec
-from lab.tables import write_tables
-from lab.tables import summarise
+from lab.grids.experiment import Experiment, GridRun
+from lab.grids.worker import run_one
+from lab.runs.spec import RunSpec
+from lab.grids.tables import write_tables
+from lab.grids.tables import summarise
 from zoo.likelihoods import PredictiveMixture
 
 TINY = ["--hidden", "8", "--epochs", "10", "--num-samples", "20", "--quiet"]

@@ -1,4 +1,4 @@
-"""The fidelity experiment (lab.fidelity_grid) on a tiny reference: its runs, their data, their scores, the figure."""
+"""The fidelity experiment (lab.grids.fidelity) on a tiny reference: its runs, their data, their scores, the figure."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from inference.backends import BACKENDS
-from lab.fidelity_grid import figure, fidelity_grid, tuned_options
-from lab.grid_worker import run_one
-from lab.references import build_reference
+from lab.grids.fidelity import figure, fidelity_grid, tuned_options
+from lab.grids.worker import run_one
+from lab.references.build import build_reference
 
 
 @pytest.fixture(scope="module")

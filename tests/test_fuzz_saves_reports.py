@@ -26,9 +26,9 @@ from inference import load_posterior
 from inference.storage.save_files import SaveFileError
 from lab.report import render_run, render_section
 from lab.report.html import Section, escape, frame_table, heading, join, link, note, page, paragraph, table
-from lab.run_spec import RunSpec
-from lab.runs import execute
-from lab.store import seal
+from lab.runs.spec import RunSpec
+from lab.runs.execution import execute
+from lab.runs.store import seal
 
 SAVE_FILES = ("posterior.json", "posterior.pt", "info.json")
 

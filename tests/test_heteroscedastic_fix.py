@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.run_spec import RunSpec
-from lab.runs import execute
+from lab.runs.spec import RunSpec
+from lab.runs.execution import execute
 from zoo.likelihoods import HeteroscedasticGaussianLikelihood
 
 ROOT = Path(__file__).resolve().parent.parent

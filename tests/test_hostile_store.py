@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-import lab.runs
-import lab.store
+import lab.runs.execution
+import lab.runs.store
 from lab.cli import main
-from lab.isolated import write_in_child
+from lab.runs.isolated import write_in_child
 from lab.report import render_section, write_report
 from lab.report.html import join, link, note, table
 from lab.report.rundata import open_run
-from lab.run_spec import RunSpec
-from lab.runs import RUN_FILES, execute, write_run
-from lab.store import (COMPLETE, RunLock, StoreError, WriteError, check_folder, note_interrupt,
+from lab.runs.spec import RunSpec
+from lab.runs.execution import RUN_FILES, execute, write_run
+from lab.runs.store import (COMPLETE, RunLock, StoreError, WriteError, check_folder, note_interrupt,
                        seal, staged_directory, verify_run, write_text_file)
 from zoo.data import DataError, load_dataset
 
@@ -220,8 +220,8 @@ def test_write_text_file_replaces_a_planted_link_and_never_writes_through(tmp_pa
 
 
 def test_experiment_tables_replace_links_planted_at_their_names(tmp_path):
-    from lab.experiments import get_experiment
-    from lab.tables import write_tables
+    from lab.grids.registry import get_experiment
+    from lab.grids.tables import write_tables
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -257,7 +257,7 @@ def test_a_symlinked_out_is_refused_before_any_work(tmp_path, written, monkeypat
     out = tmp_path / "out"
     out.symlink_to(target)
     before = _snapshot(target) if target.is_dir() else None
-    monkeypatch.setattr(lab.runs, "fit", lambda *a, **k: pytest.fail("fitted before refusing --out"))
+    monkeypatch.setattr(lab.runs.execution, "fit", lambda *a, **k: pytest.fail("fitted before refusing --out"))
     for overwrite in ([], ["--overwrite"]):
         code = main(["fit", "--data", "toy1d", "--hidden", "4", "--epochs", "3", "--quiet", "--out", str(out), *overwrite])
         err = capsys.readouterr().err.strip()
@@ -284,10 +284,10 @@ def _enospc(*args, **kwargs):
 
 
 WRITE_FAULTS = {  # (object, attribute) that fails with ENOSPC while a run replaces the old one
-    "writing posterior.nc": (lab.runs, "save_netcdf"),
-    "writing metrics.json": (lab.runs, "_write_json"),
-    "sealing": (lab.store, "seal"),
-    "the swap": (lab.store, "_exchange"),
+    "writing posterior.nc": (lab.runs.execution, "save_netcdf"),
+    "writing metrics.json": (lab.runs.execution, "_write_json"),
+    "sealing": (lab.runs.store, "seal"),
+    "the swap": (lab.runs.store, "_exchange"),
 }
 
 
@@ -343,7 +343,7 @@ def test_a_real_file_size_limit_while_writing_posterior_nc_is_one_line_and_keeps
 
 def test_the_cli_reports_a_write_error_in_one_line_with_status_1(tmp_path, result, monkeypatch, capsys):
     monkeypatch.setattr("lab.cli.execute", lambda spec, out, **kw: write_run(result, out))
-    monkeypatch.setattr(lab.runs, "_write_json", _enospc)
+    monkeypatch.setattr(lab.runs.execution, "_write_json", _enospc)
     code = main(["fit", "--data", "toy1d", "--quiet", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.startswith("error: could not write the run") and "No space left" in err
@@ -356,7 +356,7 @@ def test_a_swallowed_ctrl_c_still_stops_the_write(tmp_path):
         with staged_directory(tmp_path / "run") as staging:
             (staging / "metrics.json").write_text("{}")
             note_interrupt()  # the handler ran, but the KeyboardInterrupt was lost (e.g. inside a finaliser)
-    lab.store.interrupted(clear=True)
+    lab.runs.store.interrupted(clear=True)
     assert not list(tmp_path.iterdir())
 
 
@@ -422,7 +422,7 @@ CLI = {  # arguments -> (exit status, text of the one-line error)
 @pytest.mark.parametrize("case", list(CLI))
 def test_bad_cli_values_are_refused_before_any_work(tmp_path, monkeypatch, capsys, case):
     arguments, message = CLI[case]
-    monkeypatch.setattr(lab.runs, "fit", lambda *a, **k: pytest.fail("fitted before refusing"))
+    monkeypatch.setattr(lab.runs.execution, "fit", lambda *a, **k: pytest.fail("fitted before refusing"))
     try:
         code = main(["fit", "--data", "toy1d", "--quiet", "--out", str(tmp_path / "run"), *arguments])
     except SystemExit as exit_:  # argparse

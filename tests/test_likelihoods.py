@@ -344,10 +344,10 @@ def test_studentt_map_recovers_dof_and_scale_within_their_standard_errors():
     (["--data", "toy1d", "--stochastic", "mean-head"], "needs a likelihood with a variance head"),
 ])
 def test_cli_rejects_bad_likelihood_choices_with_exit_2(tmp_path, argv, message, capsys, monkeypatch):
-    import lab.runs
+    import lab.runs.execution
     from lab.cli import main
 
-    monkeypatch.setattr(lab.runs, "fit", lambda *a, **k: pytest.fail("fitted despite a bad likelihood"))
+    monkeypatch.setattr(lab.runs.execution, "fit", lambda *a, **k: pytest.fail("fitted despite a bad likelihood"))
     code = main(["fit", *argv, "--quiet", "--epochs", "1", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error:") and message in err, err
@@ -355,8 +355,8 @@ def test_cli_rejects_bad_likelihood_choices_with_exit_2(tmp_path, argv, message,
 
 
 def test_run_spec_builds_heads_times_targets_outputs_and_a_deterministic_variance_head():
-    from lab.run_model import build_model
-    from lab.run_spec import RunSpec
+    from lab.runs.model import build_model
+    from lab.runs.spec import RunSpec
     from zoo.data import load_dataset
 
     data = load_dataset("toy1d", split=0, seed=0)

@@ -24,8 +24,8 @@ from inference.mcmc import compilation
 from inference.mcmc.compilation import LazyCompile, compile_blocker, eager_budget, interruptible, should_compile
 from inference.optim.potential import Potential, compiled
 from inference.optim.start import initial_point
-from lab.run_spec import RunSpec
-from lab.runs import execute
+from lab.runs.spec import RunSpec
+from lab.runs.execution import execute
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 FAST = {"compile": False, "init": "current", "time_budget": None}  # tested for speed in test_mcmc_budget.py

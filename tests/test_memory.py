@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-import lab.runs
+import lab.runs.execution
 from inference import fit
 from inference.backends import BACKENDS
 from inference.backends.base import parse_config
@@ -102,7 +102,7 @@ CLI_OVERSIZE = {  # zoo fit arguments -> message fragment; refused with status 2
 @pytest.mark.parametrize("case", list(CLI_OVERSIZE))
 def test_the_cli_refuses_an_oversize_run_before_fitting(tmp_path, monkeypatch, capsys, case):
     arguments, fragment = CLI_OVERSIZE[case]
-    monkeypatch.setattr(lab.runs, "fit", _no_fit)
+    monkeypatch.setattr(lab.runs.execution, "fit", _no_fit)
     code = main(["fit", "--data", "toy1d", "--quiet", "--out", str(tmp_path / "run"), *arguments])
     err = capsys.readouterr().err.strip()
     assert code == 2 and fragment in err and "needs about" in err and "\n" not in err, err
@@ -131,7 +131,7 @@ def test_running_out_of_memory_anyway_is_one_line_with_status_1(tmp_path, monkey
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
                            "memory: you tried to allocate 60800000 bytes. Error code 12 (Cannot allocate memory)")
 
-    monkeypatch.setattr(lab.runs, "fit", out_of_memory)
+    monkeypatch.setattr(lab.runs.execution, "fit", out_of_memory)
     code = main(["fit", "--data", "toy1d", "--quiet", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.startswith("error: out of memory") and "\n" not in err and "lower" in err, err

@@ -10,9 +10,9 @@ from inference.optim.batches import minibatches
 from inference.fitting import fit_many
 from inference.multifit.stacked import StackedBatches
 from inference.optim.training import NonFiniteLossError
-from lab.grid_runs import GridRun
-from lab.run_batches import RunBatch, group_runs
-from lab.run_spec import RunSpec
+from lab.grids.experiment import GridRun
+from lab.grids.batches import RunBatch, group_runs
+from lab.runs.spec import RunSpec
 from zoo import GaussianLikelihood
 from zoo.bnn import BayesianNetwork
 
@@ -292,10 +292,10 @@ def test_ensemble_runs_stack_their_members_across_runs():
 
 
 def test_a_batch_of_grid_runs_writes_each_run_folder_as_alone(tmp_path):
-    """lab.run_batches: two runs differing in seed fitted together; each folder verifies and holds the metrics of
-    the same run fitted alone (lab.grid_worker.run_one), to float rounding."""
-    from lab.grid_worker import is_finished, run_one
-    from lab.run_batches import run_batch
+    """lab.grids.batches: two runs differing in seed fitted together; each folder verifies and holds the metrics of
+    the same run fitted alone (lab.grids.worker.run_one), to float rounding."""
+    from lab.grids.worker import is_finished, run_one
+    from lab.grids.batches import run_batch
 
     runs = [GridRun(f"full-{seed}", RunSpec(data="toy1d", hidden=[8], seed=seed, epochs=3, num_samples=20), {})
             for seed in (0, 1)]
@@ -313,7 +313,7 @@ def test_a_batch_of_grid_runs_writes_each_run_folder_as_alone(tmp_path):
 
 def test_a_batch_that_cannot_be_stacked_runs_its_runs_alone(tmp_path):
     """No random weights (stochastic='none') block stacking: each run goes to run_alone, errors per run."""
-    from lab.run_batches import run_batch
+    from lab.grids.batches import run_batch
 
     runs = [GridRun(f"det-{seed}", RunSpec(data="toy1d", hidden=[8], stochastic="none", seed=seed, epochs=3), {})
             for seed in (0, 1)]

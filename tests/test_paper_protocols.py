@@ -1,9 +1,9 @@
 """The ``paper-protocols`` grid: each method under its own paper's protocol, beside the published numbers."""
 from __future__ import annotations
 
-from lab.grids import EXPERIMENTS
-from lab.run_spec import validate_spec
-from lab.uci_grids import PAPER_PUBLISHED
+from lab.grids.registry import EXPERIMENTS
+from lab.runs.spec import validate_spec
+from lab.grids.uci import PAPER_PUBLISHED
 from zoo.data import load_uci
 
 
@@ -54,7 +54,7 @@ def test_heteroscedastic_defaults_grid_fits_each_backend_with_nothing_but_the_li
 def test_summaries_mark_a_coverage_outside_the_band():
     import pandas as pd
 
-    from lab.tables import COVERAGE_90_BAND, coverage_note, summary_markdown
+    from lab.grids.tables import COVERAGE_90_BAND, coverage_note, summary_markdown
 
     assert COVERAGE_90_BAND == (0.85, 0.95)
     assert (coverage_note(0.97), coverage_note(0.80), coverage_note(0.90), coverage_note(float("nan"))) == (

@@ -7,8 +7,8 @@ from inference.evaluation.member_metrics import member_metrics, member_predictio
 from inference.posterior import member_posteriors
 from inference.evaluation.metrics import evaluate
 from lab.cli import main
-from lab.run_model import build_model
-from lab.run_spec import RunSpec
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec
 from zoo.bnn import BayesianNetwork
 from zoo.data import load_dataset
 

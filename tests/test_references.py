@@ -1,4 +1,4 @@
-"""Reference posteriors (lab.references) and scoring runs against them (lab.fidelity, python -m zoo fidelity).
+"""Reference posteriors (lab.references.build) and scoring runs against them (lab.references.fidelity, python -m zoo fidelity).
 
 The references here are the seconds-long ``--tiny`` builds (two chains of ten draws): they exercise the
 build, the store, the checks and the scoring; the real references are data built on demand
@@ -17,11 +17,11 @@ import torch
 from lab.cli import main
 from lab.report import open_run, render_section
 from lab.report.compare import runs_table
-from lab.fidelity import score_run, write_fidelity
-from lab.reference_diagnostics import predictive_diagnostics
-from lab.reference_problems import PROBLEMS, get_problem, problem_data, problem_model
-from lab.references import ARRAYS, MANIFEST, build_reference, load_reference, reference_path
-from lab.store import StoreError, replace_run_file, verify_run
+from lab.references.fidelity import score_run, write_fidelity
+from lab.references.diagnostics import predictive_diagnostics
+from lab.references.problems import PROBLEMS, get_problem, problem_data, problem_model
+from lab.references.build import ARRAYS, MANIFEST, build_reference, load_reference, reference_path
+from lab.runs.store import StoreError, replace_run_file, verify_run
 
 TOY_FIT = ["fit", "--data", "toy1d", "--hidden", "50", "--activation", "tanh", "--prior", "fan-in", "--prior-scale",
            "3", "--quiet"]

@@ -3,7 +3,7 @@
 The MCMC run is built by hand so these tests need no sampler backend: two chains of exact
 posterior draws of Bayesian linear regression on the toy 1-D data (closed form, see
 tests/conftest.py) with HMC-style sample statistics, written as a run folder by
-:func:`lab.runs.write_run`.  Reports read the run's files (or its in-memory result) and never
+:func:`lab.runs.execution.write_run`.  Reports read the run's files (or its in-memory result) and never
 predict again or re-create the data.
 """
 import base64
@@ -29,8 +29,8 @@ from lab.cli import main
 from lab.report import RUN_SECTIONS, ReportRun, open_run, render_run, render_section, write_comparison, write_report
 from lab.report.likelihood import binned_residuals, fixed_rows, latent_rows, noise_sd, pit_tail_rows
 from lab.report.predictive import LEVELS, coverage_curve, pit_values
-from lab.run_spec import RunSpec
-from lab.runs import RunResult, execute, write_run
+from lab.runs.spec import RunSpec
+from lab.runs.execution import RunResult, execute, write_run
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 from zoo.likelihoods import StudentTLikelihood
 from zoo.data import load_dataset
@@ -191,7 +191,7 @@ def test_reports_never_predict_or_load_data(svi_run, mcmc_run, heteroscedastic_r
 
     for name in ("predict", "to_arviz"):
         monkeypatch.setattr(Posterior, name, forbidden)
-    for where in ("zoo.data.load_dataset", "zoo.data.registry.load_dataset", "lab.runs.load_dataset"):
+    for where in ("zoo.data.load_dataset", "zoo.data.registry.load_dataset", "lab.runs.execution.load_dataset"):
         monkeypatch.setattr(where, forbidden)
     for run in (svi_run, mcmc_run, heteroscedastic_run):
         page = html.unescape(render_run(run))

@@ -10,8 +10,8 @@ from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
 
 from inference import SamplePosterior, fit
 from lab.report import RUN_SECTIONS, ReportRun, render_section, write_report
-from lab.run_spec import RunSpec
-from lab.runs import execute
+from lab.runs.spec import RunSpec
+from lab.runs.execution import execute
 
 
 def _words(text: str) -> str:

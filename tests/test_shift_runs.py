@@ -1,5 +1,5 @@
 """Shift data through the run layer: a CLI fit on rotated / held-out-class digits writes its shift record, the
-report shows it, and the shift experiments' grids, tables and figures (lab.shift_grids)."""
+report shows it, and the shift experiments' grids, tables and figures (lab.grids.shift)."""
 
 import html
 import json
@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 from lab.cli import main
-from lab.grids import EXPERIMENTS
+from lab.grids.registry import EXPERIMENTS
 from lab.report import render_section
 from lab.report.rundata import NotApplicable, ReportRun
 from lab.report.shift import shift as shift_section
-from lab.shift_grids import DIGITS_METHODS, REGRESSION_METHODS, gap_tables, ood_tables, rotation_tables
-from lab.tables import make_figures
+from lab.grids.shift import DIGITS_METHODS, REGRESSION_METHODS, gap_tables, ood_tables, rotation_tables
+from lab.grids.tables import make_figures
 from zoo.data import BUNDLED_UCI, load_uci
 
 _SMALL = ["--model", "mlp", "--hidden", "8", "--epochs", "3", "--quiet", "--seed", "0"]

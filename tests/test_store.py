@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import lab.runs
-import lab.store
-from lab.run_evaluation import RunFailed
-from lab.run_spec import RunSpec
-from lab.runs import RUN_FILES, execute, write_run
-from lab.store import COMPLETE, RunLock, StoreError, WriteError, check_destination, staged_directory, verify_run
+import lab.runs.execution
+import lab.runs.store
+from lab.runs.evaluation import RunFailed
+from lab.runs.spec import RunSpec
+from lab.runs.execution import RUN_FILES, execute, write_run
+from lab.runs.store import COMPLETE, RunLock, StoreError, WriteError, check_destination, staged_directory, verify_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = RunSpec(data="toy1d", hidden=[4], epochs=3, num_samples=10)
@@ -116,7 +116,7 @@ def test_error_or_interrupt_while_writing_leaves_the_old_run(tmp_path, result, m
         Path(path).write_bytes(b"half")
         raise error
 
-    monkeypatch.setattr(lab.runs, "save_netcdf", interrupted)  # runs in the forked writer (lab.isolated)
+    monkeypatch.setattr(lab.runs.execution, "save_netcdf", interrupted)  # runs in the forked writer (lab.runs.isolated)
     with pytest.raises(KeyboardInterrupt if isinstance(error, KeyboardInterrupt) else WriteError,
                        match=None if isinstance(error, KeyboardInterrupt) else "No space left on device.*unchanged"):
         write_run(_attempt(result, 1), directory, overwrite=True)
@@ -134,20 +134,20 @@ def _patch(owner, name, make) -> None:
 
 def _kill_between_renames() -> None:
     """No atomic swap: kill after the old run is moved aside, before the new one is moved in."""
-    _patch(lab.store, "_exchange", lambda f: lambda a, b: False)
-    _patch(lab.store.os, "replace", lambda f: lambda a, b: (f(a, b), _kill_self() if ".old-" in str(b) else None))
+    _patch(lab.runs.store, "_exchange", lambda f: lambda a, b: False)
+    _patch(lab.runs.store.os, "replace", lambda f: lambda a, b: (f(a, b), _kill_self() if ".old-" in str(b) else None))
 
 
 KILL_POINTS = {  # installed in the child, which dies (SIGKILL) at that step of replacing the run
     "while writing files": lambda: _patch(
-        lab.runs, "_write_json", lambda f: lambda path, obj: (Path(path).write_bytes(b"half"), _kill_self())),
-    "before sealing": lambda: _patch(lab.store, "seal", lambda f: _kill_self),
+        lab.runs.execution, "_write_json", lambda f: lambda path, obj: (Path(path).write_bytes(b"half"), _kill_self())),
+    "before sealing": lambda: _patch(lab.runs.store, "seal", lambda f: _kill_self),
     "sealing, before the marker": lambda: _patch(
-        lab.store.os, "replace", lambda f: lambda a, b: _kill_self() if str(b).endswith(COMPLETE) else f(a, b)),
-    "before the swap": lambda: _patch(lab.store, "_exchange", lambda f: _kill_self),
-    "after the swap": lambda: _patch(lab.store, "_exchange", lambda f: lambda a, b: (f(a, b), _kill_self())),
+        lab.runs.store.os, "replace", lambda f: lambda a, b: _kill_self() if str(b).endswith(COMPLETE) else f(a, b)),
+    "before the swap": lambda: _patch(lab.runs.store, "_exchange", lambda f: _kill_self),
+    "after the swap": lambda: _patch(lab.runs.store, "_exchange", lambda f: lambda a, b: (f(a, b), _kill_self())),
     "deleting the old run": lambda: _patch(
-        lab.store.shutil, "rmtree", lambda f: lambda path, **kw: (next(Path(path).rglob("*.json")).unlink(),
+        lab.runs.store.shutil, "rmtree", lambda f: lambda path, **kw: (next(Path(path).rglob("*.json")).unlink(),
                                                                   _kill_self())),
     "between the two renames (no atomic swap)": _kill_between_renames,
 }
@@ -222,7 +222,7 @@ def test_non_finite_draws_are_a_failed_run(tmp_path, monkeypatch):
         draws = {site.name: torch.full((1, 3, *site.shape), float("nan")) for site in bnn.sites}
         return SamplePosterior(bnn, draws, info={"backend": "nan-sampler"})
 
-    monkeypatch.setattr(lab.runs, "fit", nan_fit)
+    monkeypatch.setattr(lab.runs.execution, "fit", nan_fit)
     with pytest.raises(RunFailed, match="non-finite draws"):
         execute(SPEC, tmp_path / "run", progress=False)
     assert not list(tmp_path.iterdir())

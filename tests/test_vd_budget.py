@@ -9,7 +9,7 @@ from torch import nn
 
 from inference import fit
 from inference.backends import BACKENDS, parse_config
-from lab.run_spec import RunSpec, resolve_backend_options
+from lab.runs.spec import RunSpec, resolve_backend_options
 from zoo import BayesianNetwork, CategoricalLikelihood
 from zoo.data import make_moons_dataset
 

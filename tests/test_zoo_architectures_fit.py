@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from inference import fit, load_posterior
-from lab.run_model import build_model
-from lab.run_spec import RunSpec
-from lab.runs import execute
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec
+from lab.runs.execution import execute
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
 from zoo.architectures import build_architecture
 from zoo.data import load_uci_full_random_split

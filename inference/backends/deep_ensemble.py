@@ -8,7 +8,7 @@ Algorithm 1 of the paper, with its defaults:
 * each member is a *mean-variance network* trained with a proper scoring rule: the honest negative
   log-likelihood of the model's likelihood — the heteroscedastic Gaussian
   (:class:`zoo.likelihoods.HeteroscedasticGaussianLikelihood`, whatever its β: β only changes
-  other backends' training loss) for regression, which :mod:`lab.run_spec` builds for this backend
+  other backends' training loss) for regression, which :mod:`lab.runs.spec` builds for this backend
   when a run names no likelihood, the categorical for classification.  With a likelihood that has
   latent sites (a learned Gaussian noise precision, a Student-t's scale and ν) each member fits its
   own latents by the same loss (maximum likelihood; MAP with ``prior=True``), so every likelihood
@@ -120,7 +120,7 @@ class DeepEnsembleConfig(EarlyStoppingOptions):
     prior: bool = False
     vectorise: bool = True
 
-    #: the defaults are the paper's training budget (:mod:`lab.run_spec` does not replace ``epochs``)
+    #: the defaults are the paper's training budget (:mod:`lab.runs.spec` does not replace ``epochs``)
     own_budget = True
 
     def validate(self):
@@ -180,7 +180,7 @@ class DeepEnsembleBackend(Backend):
     Config = DeepEnsembleConfig
     accepts_loader = False
     budget = "protocol"
-    #: the likelihood :mod:`lab.run_spec` builds for regression data when the run names none
+    #: the likelihood :mod:`lab.runs.spec` builds for regression data when the run names none
     regression_likelihood = "heteroscedastic"
 
     def run(self, bnn, x, y, config: DeepEnsembleConfig, seed: int, progress: bool) -> SamplePosterior:

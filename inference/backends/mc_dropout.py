@@ -81,7 +81,7 @@ class MCDropoutConfig(MAPOptions):
 
     @property
     def own_budget(self) -> bool:
-        """Whether the protocol sets the epochs (:mod:`lab.run_spec` then keeps ``epochs=None``)."""
+        """Whether the protocol sets the epochs (:mod:`lab.runs.spec` then keeps ``epochs=None``)."""
         return self.protocol == "gal2016"
 
     def resolved(self) -> "MCDropoutConfig":

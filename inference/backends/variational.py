@@ -158,7 +158,7 @@ class DropoutVDConfig(MeanFieldConfig):
 
     @property
     def own_budget(self) -> bool:
-        """Whether the protocol sets the epochs (:mod:`lab.run_spec` then keeps ``epochs=None``)."""
+        """Whether the protocol sets the epochs (:mod:`lab.runs.spec` then keeps ``epochs=None``)."""
         return self.protocol == "paper"
 
     def resolved(self, steps_per_epoch: int) -> "DropoutVDConfig":

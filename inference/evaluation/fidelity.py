@@ -1,7 +1,7 @@
 """How close a posterior predictive is to a reference posterior's: fidelity metrics.
 
 A *reference* is a long, converged sampler's posterior predictive on the same model and data
-(:mod:`lab.references`); these functions score a method's predictive against it, point by point,
+(:mod:`lab.references.build`); these functions score a method's predictive against it, point by point,
 with the definitions of the NeurIPS 2021 approximate-inference competition (Wilson, Izmailov,
 Hoffman, Gal, Li, Pan, Gelada & Vikram 2022) as used by Izmailov, Vikram, Hoffman & Wilson 2021:
 

@@ -60,7 +60,7 @@ def map_budget(num_data: int, epochs: Optional[int] = None) -> int:
     """The ``map`` backend's number of Adam steps on ``num_data`` rows: ``epochs`` (``None``: its default,
     :class:`~inference.optim.map.MAPOptions`) of minibatches of :data:`MAP_BATCH_SIZE` rows.  The one MAP
     budget: Laplace's MAP when its ``map_steps`` is ``None``, and in a lab run the ``map`` run's budget
-    (``lab.run_spec.map_backend_steps`` passes the epochs the run gives the ``map`` backend)."""
+    (``lab.runs.spec.map_backend_steps`` passes the epochs the run gives the ``map`` backend)."""
     return (MAPOptions().epochs if epochs is None else epochs) * batches_per_epoch(num_data)
 
 

@@ -1,7 +1,7 @@
 """Self-contained HTML posterior-diagnostics reports for runs.
 
 A report reads what a run stored — its folder, or the in-memory
-:class:`~lab.runs.RunResult` of :func:`lab.runs.execute` — and never predicts again.
+:class:`~lab.runs.execution.RunResult` of :func:`lab.runs.execution.execute` — and never predicts again.
 ``python -m zoo report RUN_DIR [RUN_DIR ...] [--out FILE]`` (or ``fit --report``) writes
 ``RUN_DIR/report.html`` per run — configuration and timings, R-hat / ESS / MCSE with
 trace and rank plots, HMC/NUTS energy and divergences, the ELBO and KL-annealing curves,
@@ -12,9 +12,9 @@ metrics, per-layer log α / sparsity, the distance to a reference posterior (:mo
 runs on shifted data, the metrics against the rotation angle and the out-of-distribution AUROCs — and, for several
 runs, a comparison page with ``az.compare``.  Images are embedded as base64 PNG.
 A section that does not apply to a run says so in one line.  A run folder is not trusted: it is
-verified before it is read (:func:`lab.store.verify_run`), every value from it is escaped
+verified before it is read (:func:`lab.runs.store.verify_run`), every value from it is escaped
 (:mod:`lab.report.html`: Jinja2 autoescaping) and pages are written atomically
-(:func:`lab.store.write_text_file`).
+(:func:`lab.runs.store.write_text_file`).
 
 In Python: :func:`write_report`, :func:`write_comparison`, :func:`render_run`, and
 :func:`render_section` for one section (e.g. inline in a notebook); each takes a run folder,
@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 from . import compare, fidelity, layers, likelihood, members, predictive, sections, shift
 from .html import Section, note, page
 from .rundata import NotApplicable, ReportRun, as_run, open_run
-from lab.store import write_text_file
+from lab.runs.store import write_text_file
 
 __all__ = ["RUN_SECTIONS", "render_run", "render_section", "write_report", "write_comparison", "NotApplicable",
            "ReportRun", "open_run", "as_run"]

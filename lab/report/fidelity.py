@@ -1,7 +1,7 @@
-"""The report's fidelity section: the run's distance to a reference posterior (:mod:`lab.fidelity`).
+"""The report's fidelity section: the run's distance to a reference posterior (:mod:`lab.references.fidelity`).
 
 It shows what the run stored in ``metrics.json`` under ``fidelity`` — written when a reference built for the
-run's data and network existed as it ran (:func:`lab.runs.execute`), or by ``python -m zoo fidelity``.
+run's data and network existed as it ran (:func:`lab.runs.execution.execute`), or by ``python -m zoo fidelity``.
 """
 from __future__ import annotations
 

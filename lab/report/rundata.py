@@ -1,4 +1,4 @@
-"""A run opened for reporting: its files, or the in-memory result of :func:`lab.runs.execute`.
+"""A run opened for reporting: its files, or the in-memory result of :func:`lab.runs.execution.execute`.
 
 A report reads what the run stored and never predicts again or re-creates the data (a report
 of a posterior and its data in memory, :meth:`ReportRun.from_posterior`, predicts once, as a run does):
@@ -12,7 +12,7 @@ of a posterior and its data in memory, :meth:`ReportRun.from_posterior`, predict
 
 :func:`open_run` refuses a folder that is not a complete run (no ``COMPLETE`` marker, or a
 file changed since it was written); :meth:`ReportRun.from_result` wraps an in-memory
-:class:`~lab.runs.RunResult` without touching files, and :meth:`ReportRun.from_posterior` builds the
+:class:`~lab.runs.execution.RunResult` without touching files, and :meth:`ReportRun.from_posterior` builds the
 same in-memory run from a fitted posterior and its :class:`~zoo.data.Dataset`.  A section that needs something the run
 lacks raises :class:`NotApplicable`, which the report renders as a one-line remark.
 """
@@ -31,9 +31,9 @@ from zoo.data.fingerprint import data_fingerprint
 from inference.evaluation.arviz_export import load_netcdf
 from inference.storage.net_spec import describe_spec, net_spec
 from inference.posterior import Posterior, load_posterior, to_jsonable
-from lab.run_evaluation import evaluate_posterior
-from lab.runs import RunResult
-from lab.store import StoreError, verify_run
+from lab.runs.evaluation import evaluate_posterior
+from lab.runs.execution import RunResult
+from lab.runs.store import StoreError, verify_run
 
 __all__ = ["ReportRun", "NotApplicable", "open_run", "as_run", "tensors_as_dataset", "tensors_evaluation",
            "describe_selection", "REQUIRED_FILES"]
@@ -72,7 +72,7 @@ class ReportRun:
 
     @classmethod
     def from_directory(cls, directory) -> "ReportRun":
-        """A complete run folder, verified first (:func:`lab.store.verify_run`: it is not trusted);
+        """A complete run folder, verified first (:func:`lab.runs.store.verify_run`: it is not trusted);
         parts are read when first needed, and only files that ``COMPLETE`` lists."""
         directory = Path(directory)
         listed = verify_run(directory, required=REQUIRED_FILES)["files"]
@@ -90,7 +90,7 @@ class ReportRun:
 
     @classmethod
     def from_result(cls, result, name: Optional[str] = None) -> "ReportRun":
-        """A :class:`~lab.runs.RunResult` in memory (nothing is read or written)."""
+        """A :class:`~lab.runs.execution.RunResult` in memory (nothing is read or written)."""
         metrics = to_jsonable(result.metrics)
         if name is None:
             name = (Path(result.directory).name if result.directory is not None else
@@ -103,7 +103,7 @@ class ReportRun:
     @classmethod
     def from_posterior(cls, posterior: Posterior, data: Dataset, seed: int = 0,
                        name: Optional[str] = None, evaluation: Optional[dict] = None) -> "ReportRun":
-        """The run of a fitted ``posterior`` on ``data``, in memory: what :func:`lab.runs.execute` builds.
+        """The run of a fitted ``posterior`` on ``data``, in memory: what :func:`lab.runs.execution.execute` builds.
 
         Predicts the test set once (``seed``), evaluates it, exports the test-set and LOO
         training-subset InferenceData and records the posterior's identity; ``data`` must be
@@ -233,7 +233,7 @@ class ReportRun:
 def open_run(directory) -> ReportRun:
     """A :class:`ReportRun` of a complete run folder, or a one-line ``StoreError`` saying why not.
 
-    The folder must carry the ``COMPLETE`` marker written last by :func:`lab.runs.execute` and
+    The folder must carry the ``COMPLETE`` marker written last by :func:`lab.runs.execution.execute` and
     every file it lists, unchanged: a half-written or damaged run is never rendered.
     """
     try:
@@ -311,7 +311,7 @@ def describe_selection(bnn) -> str:
 
 
 def as_run(run, data: Optional[Dataset] = None, seed: int = 0) -> ReportRun:
-    """``run`` as a :class:`ReportRun`: a ReportRun, a :class:`~lab.runs.RunResult`, a run folder, or a
+    """``run`` as a :class:`ReportRun`: a ReportRun, a :class:`~lab.runs.execution.RunResult`, a run folder, or a
     fitted :class:`~inference.posterior.Posterior` with its ``data`` (:meth:`ReportRun.from_posterior`, ``seed``)."""
     if isinstance(run, Posterior):
         if data is None:

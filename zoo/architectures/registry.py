@@ -4,7 +4,7 @@ Each :class:`Architecture` entry holds everything the library needs of a network
 adding one is a single :func:`register_architecture` call:
 
 * ``build`` — the constructor by name (:func:`build_architecture`; the CLI's ``--model`` and a run's
-  ``RunSpec.model`` go through it, :mod:`lab.run_model`);
+  ``RunSpec.model`` go through it, :mod:`lab.runs.model`);
 * ``cls`` and ``describe`` — the arguments that rebuild an instance, which a saved posterior stores
   as its network's spec (:mod:`inference.storage.net_spec`);
 * ``per_target`` and ``vmap_options`` — how a run sizes it (one branch per target) and the options

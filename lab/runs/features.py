@@ -1,7 +1,7 @@
 """The inputs of a network's output layer(s) as a data set: last-layer inference on a frozen body.
 
 :func:`frozen_features` is used by the grids' ``frozen-features`` / ``frozen-states`` builders
-(:mod:`lab.grid_runs`) and by the frozen-body reference problems (:mod:`lab.reference_problems`).
+(:mod:`lab.grids.experiment`) and by the frozen-body reference problems (:mod:`lab.references.problems`).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """One grid run in a worker: :func:`run_one` executes and writes it, :func:`is_finished` says whether it is done.
 
-A grid run (:class:`lab.grid_runs.GridRun`) goes through :func:`lab.runs.execute` with its own data
-(:func:`lab.grid_runs.load_run_data`) and is written whole, its extra metrics included, into
-``root/<key>/`` (:func:`lab.runs.write_run`).
+A grid run (:class:`lab.grids.experiment.GridRun`) goes through :func:`lab.runs.execution.execute` with its own data
+(:func:`lab.grids.experiment.load_run_data`) and is written whole, its extra metrics included, into
+``root/<key>/`` (:func:`lab.runs.execution.write_run`).
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import torch
 from inference.posterior import to_jsonable
 from zoo.data import load_dataset
 
-from .grid_runs import EXTRAS, GridRun, load_run_data
-from .run_spec import RunSpec
-from .runs import RUN_FILES, execute, write_run
-from .store import StoreError, verify_run
+from .experiment import EXTRAS, GridRun, load_run_data
+from lab.runs.spec import RunSpec
+from lab.runs.execution import RUN_FILES, execute, write_run
+from lab.runs.store import StoreError, verify_run
 
 __all__ = ["run_one", "is_finished", "metrics_path"]
 
@@ -36,7 +36,7 @@ def _jsonable_spec(spec: dict) -> dict:
 def is_finished(root, run: GridRun) -> bool:
     """Whether ``root/run.key`` holds a complete, undamaged run of the same spec (else it is run again).
 
-    A spec written before a :class:`~lab.run_spec.RunSpec` field existed counts as having that field
+    A spec written before a :class:`~lab.runs.spec.RunSpec` field existed counts as having that field
     at its default (so adding a field does not invalidate finished runs).
     """
     directory = Path(root) / run.key

@@ -15,11 +15,11 @@ from typing import Optional
 
 import pandas as pd
 
-from .grid_runs import CONFIDENCE_THRESHOLDS, Experiment
-from .grid_worker import is_finished, metrics_path
-from .store import write_bytes_file, write_text_file
+from .experiment import CONFIDENCE_THRESHOLDS, Experiment
+from .worker import is_finished, metrics_path
+from lab.runs.store import write_bytes_file, write_text_file
 from .plotting import grouped_bars
-from .shift_grids import SHIFT_FIGURES
+from .shift import SHIFT_FIGURES
 
 __all__ = ["collect", "write_tables", "summarise", "summary_markdown", "timing_line", "make_figures", "FIGURES",
            "COVERAGE_90_BAND", "coverage_note"]
@@ -239,7 +239,7 @@ def _figure_radial(summary, plt):
 
 
 def _figure_fidelity(summary, plt):
-    from .fidelity_grid import figure
+    from .fidelity import figure
 
     return figure(summary, plt)
 
@@ -249,7 +249,7 @@ FIGURES = {"euler-stochasticity": _figure_euler, "uci-benchmark": _figure_uci, "
            "structured-stochasticity": _figure_structured, "sparse-vd-lenet": _figure_sparse,
            "radial-mc": _figure_radial, "fidelity": _figure_fidelity}
 """Figure makers ``(summary, pyplot) -> Figure`` per experiment."""
-FIGURES.update(SHIFT_FIGURES)  # shift-rotation, shift-ood, uci-gap (lab.shift_grids)
+FIGURES.update(SHIFT_FIGURES)  # shift-rotation, shift-ood, uci-gap (lab.grids.shift)
 
 
 def make_figures(name: str, summary, out: Path) -> list:

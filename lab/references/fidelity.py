@@ -1,7 +1,7 @@
 """Score a run against a reference posterior: ``python -m zoo fidelity RUN_DIR --reference NAME``.
 
 :func:`score_run` checks that the run fitted the reference's model on the reference's data — the
-same network structure, random sites, prior and likelihood (:func:`lab.reference_problems.model_signature`)
+same network structure, random sites, prior and likelihood (:func:`lab.references.problems.model_signature`)
 and the same training data (:meth:`zoo.data.Dataset.fingerprint`, recorded in the run's
 ``config.json``; a run written before the fingerprint existed is matched by reloading its data from
 its spec) — then predicts the run's posterior at the reference's test points (seeded by the run's
@@ -13,9 +13,9 @@ with the reference) and the ratio of each distance to its floor.
 :func:`write_fidelity` stores the record in the run's ``metrics.json`` — under ``fidelity`` keyed by
 reference name, and as flat ``fidelity_*`` columns for the experiment tables — keeping the run
 complete: the run is rewritten aside with the new file, sealed and swapped in whole
-(:func:`lab.store.replace_run_file`), under a lock on the run's parent folder.
+(:func:`lab.runs.store.replace_run_file`), under a lock on the run's parent folder.
 :func:`matching_reference` finds a built reference for a run's data and network, so that
-:func:`lab.runs.execute` scores every run that has one.
+:func:`lab.runs.execution.execute` scores every run that has one.
 """
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from inference import load_posterior
 from inference.evaluation.fidelity import classification_fidelity, regression_fidelity
 from zoo.data import load_dataset
 
-from .reference_problems import model_signature, problem_data
-from .references import MANIFEST, Reference, load_reference, references_root
-from .runcheck import StoreError, verify_run
-from .store import RunLock, replace_run_file
+from .problems import model_signature, problem_data
+from .build import MANIFEST, Reference, load_reference, references_root
+from lab.runs.check import StoreError, verify_run
+from lab.runs.store import RunLock, replace_run_file
 
 __all__ = ["score_prediction", "score_run", "write_fidelity", "matching_reference", "flat_columns",
            "add_fidelity_arguments", "run_fidelity_command", "DISTANCES"]
@@ -166,7 +166,7 @@ def _jsonable(value):
 
 
 def matching_reference(fingerprint: str, bnn, root=None) -> Optional[Reference]:
-    """A built reference (in ``root``, default :func:`lab.references.references_root`) for data with this
+    """A built reference (in ``root``, default :func:`lab.references.build.references_root`) for data with this
     fingerprint and this network's model, or ``None``.  Manifests are compared first; only a match is
     loaded (and verified)."""
     root = Path(root) if root is not None else references_root()

@@ -5,7 +5,7 @@ h5py/libhdf5 does not fail safely on a full disk: writing ``posterior.nc`` there
 runs the write in a ``fork`` of this process with its stderr sent to a temporary file; the parent
 waits and turns whatever happened — an exception, a crash by a signal — into one ``OSError``
 (with the errno libhdf5 printed, else ``ENOSPC`` when the file system is full), which
-:func:`lab.store.staged_directory` reports as a one-line :class:`lab.store.WriteError`.  Ctrl-C kills the child and is raised in the parent.
+:func:`lab.runs.store.staged_directory` reports as a one-line :class:`lab.runs.store.WriteError`.  Ctrl-C kills the child and is raised in the parent.
 Where ``fork`` does not exist the write runs in this process.
 """
 from __future__ import annotations

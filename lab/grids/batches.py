@@ -3,9 +3,9 @@
 :func:`group_runs` puts runs of a backend with a stacked engine (``map``, ``ensemble``, ``svi``, ``radial``) whose specs are
 equal but for ``split`` and ``seed`` (no dataset builder, no prerequisite, no pruning) into
 :class:`RunBatch` es of at most ``size`` runs; every other run stays alone.  :func:`run_batch` (in
-a worker) loads each run's data, builds each run's model as :func:`lab.runs.execute` would, fits
+a worker) loads each run's data, builds each run's model as :func:`lab.runs.execution.execute` would, fits
 them together and then evaluates and writes each run into its own folder through
-:func:`lab.runs.execute` (``fitted=``) and :func:`lab.runs.write_run`, so a batched run's folder
+:func:`lab.runs.execution.execute` (``fitted=``) and :func:`lab.runs.execution.write_run`, so a batched run's folder
 is a one-at-a-time run's folder: same files, same metrics (the fit agrees to float rounding).
 A batch whose fits cannot be stacked after all (another data size, a blocker found on the built
 model) runs its runs one at a time.  ``metrics.json`` records ``batched_fits`` (K) and
@@ -25,10 +25,10 @@ from inference.fitting import fit_many
 from inference.posterior import to_jsonable
 from zoo.data import load_dataset
 
-from .grid_runs import EXTRAS, GridRun
-from .run_model import build_model
-from .run_spec import resolve_backend_options, validate_spec
-from .runs import execute, write_run
+from .experiment import EXTRAS, GridRun
+from lab.runs.model import build_model
+from lab.runs.spec import resolve_run, validate_spec
+from lab.runs.execution import execute, write_run
 
 __all__ = ["RunBatch", "batch_key", "group_runs", "run_batch"]
 
@@ -87,15 +87,14 @@ def run_batch(batch: RunBatch, root, run_alone, threads: Optional[int] = 1) -> d
     runs, outcome = batch.runs, {}
     cpu_started = time.process_time()
     try:
-        for run in runs:
-            validate_spec(run.spec)
+        checked = [validate_spec(run.spec) for run in runs]
         datas = [load_dataset(r.spec.data, split=r.spec.split, seed=r.spec.seed, **r.spec.data_options) for r in runs]
-        options = [resolve_backend_options(r.spec, d) for r, d in zip(runs, datas)]
-        if any(o != options[0] for o in options):
+        resolved = [resolve_run(r.spec, d, c) for r, d, c in zip(runs, datas, checked)]
+        if any(r.options != resolved[0].options for r in resolved):
             raise ValueError("the runs' resolved options differ")
-        bnns = [build_model(r.spec, d) for r, d in zip(runs, datas)]
+        bnns = [build_model(r.spec, d, res.likelihood) for r, d, res in zip(runs, datas, resolved)]
         fits = fit_many(bnns, [d.x_train for d in datas], [d.y_train for d in datas], backend=runs[0].spec.backend,
-                        seeds=[r.spec.seed for r in runs], **options[0])
+                        seeds=[r.spec.seed for r in runs], **resolved[0].options)
     except ValueError:  # not stackable after all: one at a time, as without batching
         for run in runs:
             try:

@@ -1,7 +1,7 @@
 """The lock of an output folder: :class:`RunLock`, an exclusive ``fcntl.flock`` on ``OUT/.lock``.
 
 One experiment at a time writes an experiment folder.  A second one either waits its turn
-(``wait``) or is refused with a :class:`~lab.runcheck.StoreError` naming the holder (pid, host,
+(``wait``) or is refused with a :class:`~lab.runs.check.StoreError` naming the holder (pid, host,
 command, start time) and what to do.  The kernel releases the lock when its holder exits or is
 killed (even by ``SIGKILL``), so a stale lock file never blocks; a planted link or special file
 at ``OUT/.lock`` is refused, never followed or written through.
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from .runcheck import _CLOEXEC, _NOFOLLOW, _NONBLOCK, StoreError
+from .check import _CLOEXEC, _NOFOLLOW, _NONBLOCK, StoreError
 
 __all__ = ["RunLock", "LOCK_NAME"]
 

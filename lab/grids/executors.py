@@ -3,9 +3,10 @@
 :func:`run_local` (a process pool; ``workers=0``: this process) and :func:`run_ray` (Ray tasks on
 an existing cluster or a local Ray instance; a run whose worker process dies is run again,
 :data:`RAY_RETRIES` times at most) both start every run once the run it needs
-(``GridRun.after``) has finished, through :func:`lab.grid_worker.run_one` (or
-:func:`lab.run_batches.run_batch` for a stacked batch).  Each returns ``({key: error} of failed
-runs, [runs never started])``.
+(``GridRun.after``) has finished, through :func:`lab.grids.worker.run_one` (or
+:func:`lab.grids.batches.run_batch` for a stacked batch).  Each returns ``({key: error} of failed
+runs, [runs never started])``.  The worker pool and the Ray start-up are :mod:`inference.workers`'
+(:func:`~inference.workers.worker_pool`, :func:`~inference.workers.ray_session`): one place for both.
 """
 from __future__ import annotations
 
@@ -16,17 +17,16 @@ from functools import partial
 from pathlib import Path
 from typing import Optional
 
-from inference.workers import ctrl_c_held, stop_workers, worker_pool
+from inference.workers import ctrl_c_held, ray_session, stop_workers, worker_pool
 
-from .grid_worker import run_one
-from .run_batches import RunBatch, run_batch
+from .batches import RunBatch, run_batch
+from .worker import run_one
 
-__all__ = ["EXECUTORS", "run_local", "run_ray"]
+__all__ = ["run_local", "run_ray"]
 
-EXECUTORS = ("local", "ray")
 #: times Ray runs a grid run again whose worker process died (killed, out of memory, node lost); an error
 #: raised by the run itself is not retried (it is a failed run).  The rerun replaces whatever the dead
-#: attempt left (:func:`lab.store.staged_directory` removes a dead writer's temporary folder).
+#: attempt left (:func:`lab.runs.store.staged_directory` removes a dead writer's temporary folder).
 RAY_RETRIES = 3
 
 
@@ -117,7 +117,7 @@ def run_local(runs, by_key, finished, root, workers, bar, deadline=None):
     threads = None if workers == 0 else 1
 
     def submit(run, prerequisite):
-        if isinstance(run, RunBatch):  # fitted as one stacked program (lab.run_batches)
+        if isinstance(run, RunBatch):  # fitted as one stacked program (lab.grids.batches)
             return pool.submit(run_batch, run, Path(root), partial(run_one, root=root, threads=threads), threads)
         return pool.submit(run_one, run, root, prerequisite, threads)
 
@@ -133,27 +133,16 @@ def run_local(runs, by_key, finished, root, workers, bar, deadline=None):
 
 
 def run_ray(runs, by_key, finished, root, workers, bar, address, deadline=None):
-    try:
-        import ray
-    except ImportError:
-        raise ValueError("--executor ray needs Ray: pip install 'bnn-zoo[ray]' (or pip install ray)") from None
-    started_here = not ray.is_initialized()
-    if started_here:
-        local = {} if address else {"num_cpus": max(workers, 1), "include_dashboard": False}
-        ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
-    remote = ray.remote(num_cpus=1, max_retries=RAY_RETRIES)(run_one)  # a run whose worker died is run again
+    with ray_session(workers, address) as ray:  # the cluster at address, or a local instance of `workers` CPUs
+        remote = ray.remote(num_cpus=1, max_retries=RAY_RETRIES)(run_one)  # a run whose worker died is run again
 
-    def wait_one(handles):
-        ready, _ = ray.wait(handles, num_returns=1)
-        try:
-            ray.get(ready[0])
-            return ready[0], None
-        except Exception as err:  # noqa: BLE001 - a failed task is a failed run
-            return ready[0], _error_text(getattr(err, "cause", None) or err)
+        def wait_one(handles):
+            ready, _ = ray.wait(handles, num_returns=1)
+            try:
+                ray.get(ready[0])
+                return ready[0], None
+            except Exception as err:  # noqa: BLE001 - a failed task is a failed run
+                return ready[0], _error_text(getattr(err, "cause", None) or err)
 
-    try:
         return _schedule(runs, by_key, finished, lambda r, p: remote.remote(r, str(root), p, 1), wait_one, bar,
                          deadline, None if deadline is None else max(int(workers), 1))
-    finally:
-        if started_here:
-            ray.shutdown()

@@ -1,5 +1,5 @@
 """The grids of the UCI regression protocol (the standard splits of Hernández-Lobato & Adams 2015):
-``uci-benchmark``, ``uci-nuts``, ``bdl-baselines`` and ``paper-protocols`` (:data:`lab.grids.EXPERIMENTS`).
+``uci-benchmark``, ``uci-nuts``, ``bdl-baselines`` and ``paper-protocols`` (registered in :mod:`lab.grids.registry`).
 
 Identical specs get identical run keys in every one of these grids (:func:`uci_run`), so grids that
 share runs fit them once (``--runs DIR``).  Published numbers: :data:`PUBLISHED_UCI` (Gal &
@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from inference.backends import get_backend
-from lab.run_spec import RunSpec
+from lab.runs.spec import RunSpec
 from zoo.data import BUNDLED_UCI, load_uci
 
-from .grid_runs import GridRun, available_backends, run_key
+from .experiment import GridRun, available_backends, run_key
 
 __all__ = ["uci_grid", "uci_nuts_grid", "bdl_grid", "paper_protocols_grid", "uci_published", "paper_published",
            "heteroscedastic_defaults_grid", "heteroscedastic_published", "HETEROSCEDASTIC_DEFAULTS",

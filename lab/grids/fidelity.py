@@ -1,15 +1,15 @@
 """The ``fidelity`` experiment: every backend on every reference problem, scored against its reference posterior.
 
 ``python -m zoo experiment fidelity`` fits every registered backend × every reference problem whose
-reference is built (:func:`lab.references.load_reference`; the others are left out with a note) ×
+reference is built (:func:`lab.references.build.load_reference`; the others are left out with a note) ×
 seeds 0, 1, 2 × two settings — ``defaults`` (the backend's own defaults, as ``fit`` gives them) and
 ``tuned`` (the settings of the project's UCI and baseline grids, :func:`tuned_options`: the tuned
 minibatch budgets of ``bdl-baselines``, ``uci-benchmark``'s SGLD chains, a long NUTS run; a backend
 without tuned settings in those grids runs its defaults only).  Every run fits the problem's own model
 on the problem's data (the ``reference`` dataset builder: the data set drawn from the problem's data
 seed, or the frozen body's features of a last-layer problem, whatever the run's seed), so
-:func:`lab.runs.execute` finds the reference and scores the run (``fidelity_*`` columns,
-:mod:`lab.fidelity`).  The problems span both selections: ``all`` (toy1d, moons, energy-small,
+:func:`lab.runs.execution.execute` finds the reference and scores the run (``fidelity_*`` columns,
+:mod:`lab.references.fidelity`).  The problems span both selections: ``all`` (toy1d, moons, energy-small,
 yacht-small) and ``last`` (energy-last, digits-last).
 
 Tables: distance to the reference (W2 or total variation, and agreement), its noise floor, the
@@ -22,11 +22,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .grid_runs import GridRun, available_backends, run_key
-from .reference_problems import PROBLEMS, head_spec
 from inference.backends import get_backend
+from lab.references.problems import PROBLEMS, head_spec
 
-from .uci_grids import BDL_METHODS, UCI_BACKENDS, UCI_BATCH, UCI_STEPS, bdl_options
+from .experiment import GridRun, available_backends, run_key
+from .uci import BDL_METHODS, UCI_BACKENDS, UCI_BATCH, UCI_STEPS, bdl_options
 
 __all__ = ["fidelity_grid", "tuned_options", "figure", "FIDELITY_METRICS", "SEEDS"]
 
@@ -44,8 +44,8 @@ TUNED_SAMPLERS = {"sgld": UCI_BACKENDS["sgld"][0], "nuts": TUNED_NUTS}
 
 def tuned_options(backend: str, n_train: int):
     """RunSpec fields of ``backend``'s tuned setting on ``n_train`` points, or ``None`` (no tuned setting: the
-    defaults only).  Minibatch budgets follow ``bdl-baselines`` (about :data:`lab.uci_grids.UCI_STEPS` steps
-    of :data:`lab.uci_grids.UCI_BATCH`)."""
+    defaults only).  Minibatch budgets follow ``bdl-baselines`` (about :data:`lab.grids.uci.UCI_STEPS` steps
+    of :data:`lab.grids.uci.UCI_BATCH`)."""
     if backend in TUNED_SAMPLERS:
         return {"backend_options": dict(TUNED_SAMPLERS[backend])}
     if backend not in {method_backend for method_backend, _ in BDL_METHODS.values()}:
@@ -58,7 +58,7 @@ def tuned_options(backend: str, n_train: int):
 
 def _built_references(note=print) -> dict:
     """``{name: manifest}`` of the reference problems built now; a note names the others."""
-    from .references import load_reference
+    from lab.references.build import load_reference
 
     built, missing = {}, []
     for name in PROBLEMS:

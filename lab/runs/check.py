@@ -1,6 +1,6 @@
 """A run folder received from someone else, read without trusting it.
 
-:func:`verify_run` re-checks a sealed run (:mod:`lab.store` writes and seals it): its ``COMPLETE``
+:func:`verify_run` re-checks a sealed run (:mod:`lab.runs.store` writes and seals it): its ``COMPLETE``
 manifest is read with a size limit and its shape checked; every name it lists must be a plain
 relative path inside the folder (no ``..``, no absolute path, no backslash or NUL), is opened
 component by component without following any symbolic link (``O_NOFOLLOW`` relative to the

@@ -1,4 +1,4 @@
-"""Figure parts shared by the experiments' tables (:mod:`lab.tables`, :mod:`lab.shift_grids`)."""
+"""Figure parts shared by the experiments' tables (:mod:`lab.grids.tables`, :mod:`lab.grids.shift`)."""
 from __future__ import annotations
 
 __all__ = ["grouped_bars"]

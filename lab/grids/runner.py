@@ -1,19 +1,19 @@
 """Experiment runner: ``python -m zoo experiment NAME [--fast] [--out DIR] [--executor local|ray]``.
 
-Runs a named grid of :mod:`lab.grids` (dataset × architecture × stochastic subset ×
-backend × splits / seeds).  Every run goes through :func:`lab.runs.execute` and is written whole
-(:func:`lab.grid_worker.run_one`, extra metrics included) into ``DIR/runs/<key>/``.  A run folder that
-:func:`lab.store.verify_run` accepts (sealed, every file of its recorded size and digest) and
+Runs a grid registered in :mod:`lab.grids.registry` (dataset × architecture × stochastic subset ×
+backend × splits / seeds).  Every run goes through :func:`lab.runs.execution.execute` and is written whole
+(:func:`lab.grids.worker.run_one`, extra metrics included) into ``DIR/runs/<key>/``.  A run folder that
+:func:`lab.runs.store.verify_run` accepts (sealed, every file of its recorded size and digest) and
 whose ``config.json`` holds the same spec is skipped, so an interrupted sweep resumes where it
 stopped (and a changed grid, or a damaged run, re-runs what changed).  One experiment at a time
-may use ``DIR`` (:class:`lab.locks.RunLock` on ``DIR/.lock``; a second one exits with status 2
+may use ``DIR`` (:class:`lab.runs.locks.RunLock` on ``DIR/.lock``; a second one exits with status 2
 naming the holder, or with ``--wait [SECONDS]`` waits its turn and then skips what the first one finished).
-On start it removes what killed writers left in ``DIR`` and its run folder (:func:`lab.store.remove_stale_temporaries`).  Runs execute in local worker processes (``--workers N``, default 2, one torch
+On start it removes what killed writers left in ``DIR`` and its run folder (:func:`lab.runs.store.remove_stale_temporaries`).  Runs execute in local worker processes (``--workers N``, default 2, one torch
 thread each; ``--workers 0`` runs them in this process), which die with the experiment even when it
 is killed (``SIGKILL``), or, with ``--executor ray``, as Ray tasks on an existing cluster
 (``--ray-address``) or a local Ray instance; the run directories must then be on a file system the
-Ray workers share (:mod:`lab.executors`).  A run that needs another (``GridRun.after``) is started
-once that one has finished.  A run whose fit fails (including :class:`lab.run_evaluation.RunFailed`)
+Ray workers share (:mod:`lab.grids.executors`).  A run that needs another (``GridRun.after``) is started
+once that one has finished.  A run whose fit fails (including :class:`lab.runs.evaluation.RunFailed`)
 is listed in ``failures.txt``.
 ``--only REGEX`` runs the runs whose key matches (and the runs they need) — the tables still cover
 every finished run of the grid, so a partial re-run never shrinks them; ``--time-limit S`` starts
@@ -25,7 +25,7 @@ and ``uci-benchmark``) fit them once.
 Outputs: ``DIR/results.csv`` (one row per run: labels and metrics), ``DIR/summary.csv`` and
 ``DIR/summary.md`` (mean ± standard error over splits / seeds per configuration, n runs, the number
 flagged ``failed_fit`` (:mod:`inference.evaluation.sanity`), published numbers where the grid has them),
-``DIR/*.png`` figures, ``DIR/failures.txt`` if runs failed (:func:`lab.tables.write_tables`).
+``DIR/*.png`` figures, ``DIR/failures.txt`` if runs failed (:func:`lab.grids.tables.write_tables`).
 """
 from __future__ import annotations
 
@@ -36,15 +36,16 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .executors import EXECUTORS, run_local, run_ray
-from .grid_runs import Experiment
-from .grid_worker import is_finished
-from .grids import EXPERIMENTS
-from .run_batches import group_runs
-from .store import RunLock, check_folder, remove_stale_temporaries
-from .tables import write_tables
+from inference.workers import EXECUTORS, check_executor
+from lab.runs.store import RunLock, check_folder, remove_stale_temporaries
 
-__all__ = ["run_experiment", "get_experiment", "add_experiment_arguments", "run_experiment_command"]
+from .batches import group_runs
+from .executors import run_local, run_ray
+from .registry import EXPERIMENTS, get_experiment
+from .tables import write_tables
+from .worker import is_finished
+
+__all__ = ["run_experiment", "add_experiment_arguments", "run_experiment_command"]
 
 
 def _select(runs, only: Optional[str]) -> list:
@@ -78,7 +79,7 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     fitted, and the tables hold every finished run of the grid;
     ``time_limit``: seconds after which no run is started; ``runs_dir``: the folder of run
     directories (default ``out/runs``); ``batch_fits``: at most this many runs that differ only in split or
-    seed are fitted as one stacked program (:mod:`lab.run_batches`; local executor; 1: every run alone);
+    seed are fitted as one stacked program (:mod:`lab.grids.batches`; local executor; 1: every run alone);
     ``wait``: seconds to wait for another experiment holding ``out`` to finish (``math.inf``: as long as
     it takes; 0: refuse at once, naming the holder).
     Returns ``{"results": DataFrame, "summary": DataFrame,
@@ -90,8 +91,7 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
     from zoo.progress import tqdm
 
     experiment = get_experiment(name)
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+    check_executor(executor)  # a known one, and Ray installed for "ray"
     if int(batch_fits) < 1:
         raise ValueError(f"--batch-fits must be at least 1 (1: every run fitted alone), got {batch_fits}")
     if int(workers) < 0:
@@ -133,13 +133,6 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
         results, summary, files = write_tables(experiment, grid, root, out, failures, timing)
     return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
             "not_started": len(left), "files": files, "wall_seconds": timing["wall_seconds"]}
-
-
-def get_experiment(name: str) -> Experiment:
-    if name not in EXPERIMENTS:
-        names = [n for n, e in EXPERIMENTS.items() if not e.hidden]
-        raise ValueError(f"unknown experiment {name!r}; valid experiments: {', '.join(names)}")
-    return EXPERIMENTS[name]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The network of a run: :func:`build_model` builds a :class:`~lab.run_spec.RunSpec`'s Bayesian network.
+"""The network of a run: :func:`build_model` builds a :class:`~lab.runs.spec.RunSpec`'s Bayesian network.
 
 The architecture comes from the one registry (:data:`zoo.architectures.ARCHITECTURES`) by
 ``spec.model``: no architecture is special here.  A selection whose random weights are not only
@@ -7,6 +7,7 @@ the output layer's samples the network under ``vmap``, so it gets the entry's ``
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 
@@ -14,13 +15,14 @@ from zoo.architectures import ARCHITECTURES, build_architecture
 from zoo.bnn import BayesianNetwork
 from zoo.data import Dataset
 from zoo.heads import head_selector
+from zoo.likelihoods import Likelihood
 from zoo.priors import make_prior
 from zoo.stochastic import ElementMasks
 from zoo.structured import STRUCTURED_PRESETS, parse_structured, preset_masks
 
 from inference.fitting import fit
 
-from .run_spec import RunSpec, make_run_likelihood, resolve_backend_options
+from .spec import RunSpec, make_run_likelihood, resolve_backend_options
 
 __all__ = ["build_model", "OUTPUT_LAYER_SELECTIONS"]
 
@@ -28,8 +30,11 @@ __all__ = ["build_model", "OUTPUT_LAYER_SELECTIONS"]
 OUTPUT_LAYER_SELECTIONS = ("none", "last", "last-mean-head")
 
 
-def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
+def build_model(spec: RunSpec, data: Dataset, likelihood: Optional[Likelihood] = None) -> BayesianNetwork:
     """The spec's architecture with its priors, sized for ``data`` and seeded by ``spec.seed``.
+
+    ``likelihood``: the run's, when it is resolved already (:attr:`lab.runs.spec.ResolvedRun.likelihood`);
+    else it is built here (:func:`lab.runs.spec.make_run_likelihood`).
 
     ``stochastic="structured:PRESET"`` applies a :data:`zoo.structured.STRUCTURED_PRESETS`
     pattern (Rochussen 2024); ``*-map`` presets first fit the same net deterministically
@@ -41,7 +46,7 @@ def build_model(spec: RunSpec, data: Dataset) -> BayesianNetwork:
     heteroscedastic likelihood); ``stochastic="mean-head"`` / ``"last-mean-head"``
     (:data:`zoo.heads.HEAD_PRESETS`) keep its variance head deterministic.
     """
-    likelihood = make_run_likelihood(spec, data.task)
+    likelihood = make_run_likelihood(spec, data.task) if likelihood is None else likelihood
     preset = parse_structured(spec.stochastic)
     stochastic = head_selector(spec.stochastic, likelihood.heads) or spec.stochastic
     map_state = _map_state(spec, data) if preset and STRUCTURED_PRESETS[preset]["fixed_value"] == "map" else None

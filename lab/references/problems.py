@@ -1,17 +1,17 @@
 """The problems that have a reference posterior: data, network, prior, likelihood and sampler settings.
 
-A :class:`ReferenceProblem` is one Bayesian model — a :class:`~lab.run_spec.RunSpec`'s data,
+A :class:`ReferenceProblem` is one Bayesian model — a :class:`~lab.runs.spec.RunSpec`'s data,
 architecture, stochastic selection, prior and likelihood — small enough for long full-batch NUTS on
-two cores; :mod:`lab.references` builds and stores its reference posterior predictive.  The backends
+two cores; :mod:`lab.references.build` builds and stores its reference posterior predictive.  The backends
 fit exactly the same model (:func:`problem_model` builds it from the same spec, through
-:func:`lab.run_model.build_model`), so a distance to the reference measures inference, not a
+:func:`lab.runs.model.build_model`), so a distance to the reference measures inference, not a
 different model.
 
 Data drawn from a seed (``toy1d``, ``moons``, ``digits``) are drawn from the problem's ``data_seed``,
 whatever the seed of a fit on it.  A *last-layer* problem (``frozen_body``) is the output layer's
 posterior given a body trained once (the ``map`` backend over all weights, seed ``data_seed``) and
 then frozen; the body is stored with the reference, and the problem's data are the body's
-features (the inputs of its output layer, :func:`lab.features.frozen_features` without whitening),
+features (the inputs of its output layer, :func:`lab.runs.features.frozen_features` without whitening),
 on which the head is a one-layer network with every weight random — the same posterior as
 ``stochastic="last"`` on the frozen network.
 
@@ -28,9 +28,9 @@ import torch
 from inference.fitting import fit
 from zoo.data import Dataset, load_dataset
 
-from .features import frozen_features
-from .run_model import build_model
-from .run_spec import RunSpec, resolve_backend_options
+from lab.runs.features import frozen_features
+from lab.runs.model import build_model
+from lab.runs.spec import RunSpec, resolve_backend_options
 
 __all__ = ["ReferenceProblem", "PROBLEMS", "TINY", "get_problem", "problem_data", "problem_model", "head_spec",
            "train_body", "plot_grid", "data_fingerprint", "model_signature"]

@@ -1,13 +1,13 @@
-"""``python -m zoo reference list`` and ``python -m zoo reference build NAME [--out DIR]`` (:mod:`lab.references`)."""
+"""``python -m zoo reference list`` and ``python -m zoo reference build NAME [--out DIR]`` (:mod:`lab.references.build`)."""
 from __future__ import annotations
 
 import json
 
 import torch
 
-from .reference_problems import PROBLEMS, get_problem
-from .references import build_reference, list_references, load_reference, references_root
-from .store import check_destination
+from .problems import PROBLEMS, get_problem
+from .build import build_reference, list_references, load_reference, references_root
+from lab.runs.store import check_destination
 
 __all__ = ["add_reference_arguments", "run_reference_command"]
 

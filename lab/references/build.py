@@ -1,9 +1,9 @@
-"""Reference posteriors: long multi-chain NUTS on a problem of :mod:`lab.reference_problems`, stored as data.
+"""Reference posteriors: long multi-chain NUTS on a problem of :mod:`lab.references.problems`, stored as data.
 
 ``python -m zoo reference build NAME [--out DIR]`` runs :func:`build_reference`: two independent
 *halves* (``a``, the reference, and ``b``, its twin for the noise floor), each of
 ``problem.fits`` NUTS fits with their own seeds (own initial weights, MAP start, adaptation and
-chains) over the problem's model (:func:`lab.reference_problems.problem_model`, the same
+chains) over the problem's model (:func:`lab.references.problems.problem_model`, the same
 ``BayesianNetwork`` the backends fit; the noise precision a latent), with the problem's explicit
 sampler settings.  Stored are the *predictive* draws of every kept iteration at the test points
 and the plotting grid: per draw the predictive mixture's component (location and noise scale,
@@ -13,7 +13,7 @@ bulk / tail ESS of Vehtari et al. 2021 over the chains of a half), the targets a
 and bulk ESS ≥ 1000 on every one, and the half ``b`` scored against ``a`` with
 :mod:`inference.evaluation.fidelity` is the noise floor of every metric.
 
-A reference folder is written like a run (:func:`lab.store.staged_directory`: aside, sealed with
+A reference folder is written like a run (:func:`lab.runs.store.staged_directory`: aside, sealed with
 ``COMPLETE``, renamed into place) and holds ``reference.json`` (the manifest: problem, prior,
 likelihood, seeds, settings, package versions, diagnostics, noise floor, timings) and
 ``draws.npz`` (float32 arrays, read with ``allow_pickle=False``: no pickle).  :func:`load_reference`
@@ -38,11 +38,11 @@ from inference.evaluation.fidelity import classification_fidelity, regression_fi
 from inference.fitting import fit
 from zoo.likelihoods import PredictiveMixture
 
-from .reference_problems import (PROBLEMS, TINY, ReferenceProblem, data_fingerprint, get_problem, model_signature,
+from .problems import (PROBLEMS, TINY, ReferenceProblem, data_fingerprint, get_problem, model_signature,
                                  plot_grid, problem_data, problem_model, train_body)
-from .reference_diagnostics import predictive_diagnostics
-from .runcheck import StoreError, verify_run
-from .store import staged_directory
+from .diagnostics import predictive_diagnostics
+from lab.runs.check import StoreError, verify_run
+from lab.runs.store import staged_directory
 
 __all__ = ["Reference", "build_reference", "load_reference", "references_root", "reference_path", "FORMAT",
            "RHAT_TARGET", "ESS_TARGET", "HALVES", "SEED_BASE"]
@@ -143,7 +143,7 @@ def build_reference(problem, out=None, *, sampler: Optional[dict] = None, fits: 
                     overwrite: bool = False, progress: bool = True, tiny: bool = False) -> Path:
     """Build ``problem`` (a :class:`ReferenceProblem` or its name) into ``out`` (default
     ``references_root() / NAME``); returns the folder.  ``sampler`` / ``fits`` replace the problem's
-    settings (``tiny=True``: :data:`lab.reference_problems.TINY` and one fit per half, seconds long, for
+    settings (``tiny=True``: :data:`lab.references.problems.TINY` and one fit per half, seconds long, for
     tests: marked ``"tiny": true``, never meeting the targets)."""
     problem = get_problem(problem) if isinstance(problem, str) else problem
     out = Path(out) if out is not None else references_root() / problem.name
@@ -241,7 +241,7 @@ class Reference:
 def load_reference(name_or_path) -> Reference:
     """Load and check a reference folder (by problem name in :func:`references_root`, or a path).
 
-    Raises ``ValueError`` (:class:`lab.store.StoreError`) for a folder that is missing, unsealed, damaged,
+    Raises ``ValueError`` (:class:`lab.runs.store.StoreError`) for a folder that is missing, unsealed, damaged,
     of another format, or whose arrays do not match its manifest; the message says how to build it.
     """
     path = reference_path(name_or_path)

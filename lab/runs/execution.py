@@ -6,7 +6,7 @@ the metrics, posterior, prediction, ArviZ exports and data.  With an output fold
 
 * ``metrics.json`` — test metrics in original units (RMSE, test log-likelihood, coverage,
   or accuracy/NLL/Brier/ECE), predictive R-hat/ESS, timings and the run's identity; the fidelity to a
-  reference posterior where one is built for the run's data and network (:mod:`lab.fidelity`); a
+  reference posterior where one is built for the run's data and network (:mod:`lab.references.fidelity`); a
   posterior of several chains (ensemble members, MCMC chains) adds ``members``, the
   per-member and mixture metrics and the members' disagreement (:mod:`inference.evaluation.member_metrics`); the
   trivial predictor's metrics, the ratios to it and ``failed_fit`` / ``failed_fit_reason``
@@ -16,16 +16,16 @@ the metrics, posterior, prediction, ArviZ exports and data.  With an output fold
   :func:`inference.load_posterior`);
 * ``posterior.nc`` — ArviZ InferenceData on the test set with the run's prediction (NetCDF);
 * ``train.nc`` — InferenceData on (a seeded subset of) the training set, for PSIS-LOO / WAIC;
-* ``COMPLETE`` — the completeness marker, written last (:mod:`lab.store`).
+* ``COMPLETE`` — the completeness marker, written last (:mod:`lab.runs.store`).
 
-The folder is written by :func:`lab.store.staged_directory`: it appears whole or not at all,
+The folder is written by :func:`lab.runs.store.staged_directory`: it appears whole or not at all,
 and an existing run is only replaced (whole) with ``overwrite``.  A fit whose draws are
-non-finite or whose every transition diverged raises :class:`lab.run_evaluation.RunFailed` and
+non-finite or whose every transition diverged raises :class:`lab.runs.evaluation.RunFailed` and
 writes nothing.  The CLI (``python -m zoo fit``) and the experiment runner both go through here.
 
-One run's path: :func:`lab.run_spec.validate_spec` → the data → :func:`lab.run_spec.resolve_backend_options`
-→ :func:`lab.run_model.build_model` → :func:`inference.fit` → :func:`lab.run_evaluation.check_draws` →
-pruning → :func:`lab.run_evaluation.evaluate_posterior` → :func:`write_run`.
+One run's path: :func:`lab.runs.spec.validate_spec` → the data → :func:`lab.runs.spec.resolve_run` (the
+:class:`~lab.runs.spec.ResolvedRun`: likelihood and backend options, once) → :func:`lab.runs.model.build_model` → :func:`inference.fit` → :func:`lab.runs.evaluation.check_draws` →
+pruning → :func:`lab.runs.evaluation.evaluate_posterior` → :func:`write_run`.
 """
 from __future__ import annotations
 
@@ -44,18 +44,16 @@ from zoo.data import Dataset, load_dataset
 
 from inference.evaluation.arviz_export import MAX_LOO_POINTS, save_netcdf
 from inference.evaluation.diagnostics import convergence_warning
-from inference.backends import BACKENDS
-from inference.backends.base import parse_config
 from inference.fitting import fit, resolve_device
 from inference.memory import check_prediction_memory
 from inference.posterior import to_jsonable
 from inference.variational.pruning import prune
 
-from .fidelity import flat_columns, matching_reference, score_prediction
+from lab.references.fidelity import flat_columns, matching_reference, score_prediction
 from .isolated import write_in_child
-from .run_evaluation import RunFailed, check_draws, evaluate_posterior
-from .run_model import build_model
-from .run_spec import RunSpec, resolve_backend_options, validate_spec
+from .evaluation import RunFailed, check_draws, evaluate_posterior
+from .model import build_model
+from .spec import RunSpec, resolve_run, validate_spec
 from .store import check_destination, staged_directory
 
 __all__ = ["RunResult", "RUN_FILES", "execute", "write_run"]
@@ -98,8 +96,8 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
 
     The output path, the spec and every backend option (names and types) are validated before
     the data are loaded or anything is fitted.  ``out_dir`` holding a run raises
-    :class:`lab.store.StoreError` unless ``overwrite`` (then it is replaced whole, atomically).
-    Raises :class:`~lab.run_evaluation.RunFailed` for an unusable posterior, and with ``strict`` for a
+    :class:`lab.runs.store.StoreError` unless ``overwrite`` (then it is replaced whole, atomically).
+    Raises :class:`~lab.runs.evaluation.RunFailed` for an unusable posterior, and with ``strict`` for a
     fit flagged ``failed_fit`` (worse than the trivial predictor, :func:`inference.evaluation.sanity.fit_check`;
     nothing is written; without ``strict`` it is a ``RuntimeWarning``).  ``device`` (``"cpu"``, ``"cuda"``,
     ``"mps"``; checked first) is where the model is fitted and the data set is moved.  ``fitted``: the
@@ -108,15 +106,15 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     """
     if out_dir is not None:
         check_destination(out_dir, overwrite)
-    validate_spec(spec)
+    checked = validate_spec(spec)
     device = None if device is None else resolve_device(device)
     if data is None:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
-    options = resolve_backend_options(spec, data)  # every option checked (and typed) before any fitting
-    bnn = build_model(spec, data) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
+    run = resolve_run(spec, data, checked)  # once: the likelihood, every option checked and typed, before any fit
+    options = run.options
+    bnn = build_model(spec, data, run.likelihood) if fitted is None else fitted.bnn  # on the CPU data: fit() moves it
     if fitted is None:  # the test-set prediction's arrays, refused before the fit rather than after it
-        draws = prediction_draws(spec.backend, options)
-        check_prediction_memory(bnn, math.prod(draws.values()), data.n_test, draws,
+        check_prediction_memory(bnn, math.prod(run.draws.values()), data.n_test, run.draws,
                                 train_points=min(data.n_train, MAX_LOO_POINTS))
     if device is not None:
         data = dataclasses.replace(data, **{f.name: getattr(data, f.name).to(device) for f in dataclasses.fields(data)
@@ -166,17 +164,9 @@ def execute(spec: RunSpec, out_dir=None, *, overwrite: bool = False, progress: b
     return result
 
 
-def prediction_draws(backend: str, options: dict) -> dict:
-    """What sets the draws of the run's test-set prediction: ``{option: value}`` of ``num_samples``,
-    ``num_chains`` and ``num_members`` where the backend has them (their product; {} for a point estimate)."""
-    config = parse_config(BACKENDS[backend], options)
-    return {name: int(getattr(config, name) or 1) for name in ("num_samples", "num_chains", "num_members")
-            if hasattr(config, name)}
-
-
 def _fidelity(fingerprint: str, posterior, prediction, data: Dataset, seed: int) -> dict:
-    """The fidelity columns (:func:`lab.fidelity.flat_columns`, and ``fidelity``) when a built reference posterior
-    has this run's data and network (:func:`lab.fidelity.matching_reference`), else nothing."""
+    """The fidelity columns (:func:`lab.references.fidelity.flat_columns`, and ``fidelity``) when a built reference posterior
+    has this run's data and network (:func:`lab.references.fidelity.matching_reference`), else nothing."""
     reference = matching_reference(fingerprint, posterior.bnn)
     if reference is None:
         return {}
@@ -189,7 +179,7 @@ def _fidelity(fingerprint: str, posterior, prediction, data: Dataset, seed: int)
 
 def _fit(spec: RunSpec, bnn, data: Dataset, progress: bool, device, options: dict):
     """:func:`inference.fit`; a distribution handed non-finite parameters during the fit (torch's "found
-    invalid values": the weights diverged, e.g. ``--lr 1e30``) is :class:`~lab.run_evaluation.RunFailed`
+    invalid values": the weights diverged, e.g. ``--lr 1e30``) is :class:`~lab.runs.evaluation.RunFailed`
     (exit 1), not a bad-input ``ValueError`` (every input was checked before)."""
     try:
         return fit(bnn, data.x_train, data.y_train, backend=spec.backend, seed=spec.seed, progress=progress,
@@ -205,9 +195,9 @@ def _fit(spec: RunSpec, bnn, data: Dataset, progress: bool, device, options: dic
 def write_run(result: RunResult, directory, *, overwrite: bool = False) -> Path:
     """Write ``result`` as a run folder (:data:`RUN_FILES`, then ``COMPLETE``), atomically; returns it.
 
-    A disk-full or other I/O error raises a one-line :class:`lab.store.WriteError` and leaves
+    A disk-full or other I/O error raises a one-line :class:`lab.runs.store.WriteError` and leaves
     ``directory`` as it was; the NetCDF files are written in a forked child
-    (:func:`lab.isolated.write_in_child`), since h5py can crash the process on a full disk.
+    (:func:`lab.runs.isolated.write_in_child`), since h5py can crash the process on a full disk.
     """
     with staged_directory(directory, overwrite) as staging:
         result.posterior.save(staging / "posterior")

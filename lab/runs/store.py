@@ -16,7 +16,7 @@ sealed by a completeness marker :data:`COMPLETE` written last, and renamed into 
   no absolute path), opened without following any symbolic link, a regular file of its recorded
   size (checked before hashing) and SHA-256 digest; the folder holds no link or special file, and a
   listed sub-folder (``posterior/``) no unlisted file;
-* :class:`RunLock` (:mod:`lab.locks`) is an exclusive ``fcntl.flock`` on ``OUT/.lock`` recording the holder's pid,
+* :class:`RunLock` (:mod:`lab.runs.locks`) is an exclusive ``fcntl.flock`` on ``OUT/.lock`` recording the holder's pid,
   host and command; the kernel releases it when the holder dies, even by ``SIGKILL``; a planted
   link or special file there is refused, never followed;
 * :func:`write_text_file` replaces one file atomically (a new file made with ``O_EXCL``, renamed
@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from .locks import LOCK_NAME, RunLock
-from .runcheck import _CLOEXEC, _NOFOLLOW, COMPLETE, StoreError, _digest, read_manifest, verify_run
+from .check import _CLOEXEC, _NOFOLLOW, COMPLETE, StoreError, _digest, read_manifest, verify_run
 
 __all__ = ["COMPLETE", "LOCK_NAME", "StoreError", "WriteError", "check_destination", "check_folder",
            "staged_directory", "seal", "replace_run_file", "remove_stale_temporaries", "verify_run", "RunLock", "write_text_file",

@@ -1,6 +1,6 @@
 """What a grid run is made of: :class:`GridRun`, :class:`Experiment`, the dataset builders and extra metrics.
 
-A grid (:mod:`lab.grids`) is a list of :class:`GridRun` s: a :class:`lab.run_spec.RunSpec`, the labels
+A grid (registered in :mod:`lab.grids.registry`) is a list of :class:`GridRun` s: a :class:`lab.runs.spec.RunSpec`, the labels
 that identify its configuration in the result tables, and optionally a dataset builder (a name
 in :data:`DATASETS`, for data that :func:`zoo.data.load_dataset` cannot express) and a
 prerequisite run whose output the builder reads (e.g. last-layer inference on the *frozen* body
@@ -17,12 +17,12 @@ import torch
 
 from inference import load_posterior
 from inference.backends import BACKENDS
-from lab.run_spec import RunSpec
+from lab.runs.spec import RunSpec
 from zoo.data import Dataset, euler_increments, load_dataset, load_uci_full_random_split
 
-from .features import frozen_features
-from .reference_problems import problem_data
-from .references import load_reference
+from lab.runs.features import frozen_features
+from lab.references.problems import problem_data
+from lab.references.build import load_reference
 
 __all__ = ["GridRun", "Experiment", "run_key", "DATASETS", "EXTRAS", "CONFIDENCE_THRESHOLDS", "load_run_data",
            "available_backends", "frozen_features"]
@@ -40,7 +40,7 @@ class GridRun:
 
     Attributes:
         key: the run directory's name under ``OUT/runs/`` (unique in the grid).
-        spec: what :func:`lab.runs.execute` runs.
+        spec: what :func:`lab.runs.execution.execute` runs.
         labels: configuration columns of the result tables (e.g. ``{"variant": "full SVI"}``).
         dataset: a name in :data:`DATASETS` building the data, or ``None`` for
             ``load_dataset(spec.data, split, seed, **spec.data_options)``.
@@ -91,7 +91,7 @@ def available_backends(wanted, note=print) -> list:
 
 
 def load_run_data(run: GridRun, root, prerequisite: Optional[GridRun] = None) -> Optional[Dataset]:
-    """The data of ``run`` (``None``: :func:`lab.runs.execute` loads ``spec.data`` itself).
+    """The data of ``run`` (``None``: :func:`lab.runs.execution.execute` loads ``spec.data`` itself).
 
     ``root`` is the folder of the grid's run directories; ``prerequisite`` the run named by
     ``run.after`` (its data is the base of a ``frozen-features`` dataset).
@@ -124,7 +124,7 @@ def _euler_increments(run: GridRun, root, prerequisite) -> Dataset:
 
 def _reference(run: GridRun, root, prerequisite) -> Dataset:
     """The data of the run's reference problem (``labels["problem"]``): the data set drawn from the problem's
-    data seed, or its frozen body's features (:mod:`lab.reference_problems`), whatever the run's seed."""
+    data seed, or its frozen body's features (:mod:`lab.references.problems`), whatever the run's seed."""
     reference = load_reference(run.labels["problem"])
     return problem_data(reference.problem, reference.body())
 
@@ -182,4 +182,4 @@ def _standardised_rmse(prediction, data: Dataset) -> dict:
 EXTRAS: dict[str, Callable] = {"euler": _euler_metrics, "confidence": _confidence_curve,
                                "rmse_std": _standardised_rmse}
 """Extra metrics ``(prediction, data) -> {name: float}`` from the test-set
-:class:`~inference.posterior.Prediction` that :func:`lab.runs.execute` evaluated."""
+:class:`~inference.posterior.Prediction` that :func:`lab.runs.execution.execute` evaluated."""

@@ -1,4 +1,4 @@
-"""The grids of issue 37's shift experiments (:data:`lab.grids.EXPERIMENTS`), their tables and figures.
+"""The grids of issue 37's shift experiments (registered in :mod:`lab.grids.registry`), their tables and figures.
 
 * ``shift-rotation`` — every classification backend × seeds on ``digits-rotated`` (LeNet-300-100):
   accuracy, NLL, ECE and Brier of the test images rotated 0°–180° (Ovadia et al. 2019);
@@ -7,8 +7,8 @@
 * ``uci-gap`` — every regression backend on the gap splits of bundled UCI sets (one per input feature;
   Foong et al. 2019) and, beside them, on standard splits 0–2 of the same sets: test LL per method.
 
-Budgets are those of ``bdl-baselines`` and ``uci-benchmark`` (:mod:`lab.uci_grids`): MAP-type and
-variational fits about :data:`~lab.uci_grids.UCI_STEPS` minibatch steps of 128 on UCI; on digits the MAP-type
+Budgets are those of ``bdl-baselines`` and ``uci-benchmark`` (:mod:`lab.grids.uci`): MAP-type and
+variational fits about :data:`~lab.grids.uci.UCI_STEPS` minibatch steps of 128 on UCI; on digits the MAP-type
 fits 30 epochs and the variational families four times as many; every other backend runs with its defaults.  NUTS and HMC infer the last layer
 (a MAP body; on every LeNet weight they are out of reach on 2 cores), on digits with short chains
 (:data:`DIGITS_SHORT_MCMC`), and so do the Laplace rows marked
@@ -24,12 +24,12 @@ import math
 from pathlib import Path
 
 from inference.backends import get_backend
-from lab.run_spec import RunSpec
+from lab.runs.spec import RunSpec
 from zoo.data import load_uci
 
-from .grid_runs import GridRun, available_backends, run_key
+from .experiment import GridRun, available_backends, run_key
 from .plotting import grouped_bars
-from .uci_grids import BDL_DIGITS_EPOCHS, UCI_BATCH, UCI_STEPS, bdl_options
+from .uci import BDL_DIGITS_EPOCHS, UCI_BATCH, UCI_STEPS, bdl_options
 
 __all__ = ["DIGITS_METHODS", "DIGITS_SHORT_MCMC", "GAP_DATASETS", "GAP_STANDARD_SPLITS", "REGRESSION_METHODS", "SHIFT_SEEDS",
            "rotation_grid", "ood_grid", "gap_grid", "rotation_tables", "ood_tables", "gap_tables", "SHIFT_FIGURES",
@@ -115,7 +115,7 @@ def gap_grid(fast: bool, data_root) -> list:
     """:data:`REGRESSION_METHODS` on every gap split of :data:`GAP_DATASETS` and on their standard splits
     :data:`GAP_STANDARD_SPLITS` (``--fast``: yacht only), MLP with one hidden layer of 50 (Foong et al. 2019).
 
-    Epochs give about :data:`~lab.uci_grids.UCI_STEPS` minibatch steps on each kind of split's training rows.
+    Epochs give about :data:`~lab.grids.uci.UCI_STEPS` minibatch steps on each kind of split's training rows.
     Runs are ordered split-major, so a sweep stopped early has every method on the first splits.
     """
     registered = set(available_backends(sorted({backend for backend, _, _ in REGRESSION_METHODS.values()})))
@@ -273,4 +273,4 @@ def _figure_gap(summary, plt):
 
 
 SHIFT_FIGURES = {"shift-rotation": _figure_rotation, "shift-ood": _figure_ood, "uci-gap": _figure_gap}
-"""Figure makers of the shift experiments (registered in :data:`lab.tables.FIGURES`)."""
+"""Figure makers of the shift experiments (registered in :data:`lab.grids.tables.FIGURES`)."""

@@ -1,6 +1,6 @@
 """A fitted posterior checked and evaluated once: :class:`RunFailed`, :func:`check_draws`, :func:`evaluate_posterior`.
 
-:func:`lab.runs.execute` and the reports of an in-memory posterior (:mod:`lab.report.rundata`)
+:func:`lab.runs.execution.execute` and the reports of an in-memory posterior (:mod:`lab.report.rundata`)
 both evaluate through :func:`evaluate_posterior`, so they hold the same numbers.
 """
 from __future__ import annotations

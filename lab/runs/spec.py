@@ -1,16 +1,21 @@
-"""What defines one run: :class:`RunSpec`, its checks (:func:`validate_spec`) and its resolved options.
+"""What defines one run: :class:`RunSpec`, its checks (:func:`validate_spec`) and its resolution
+(:func:`resolve_run`): the one typed :class:`ResolvedRun` a run is fitted from.
 
-:func:`validate_spec` refuses a bad name or value before any data are loaded or anything is fitted;
-:func:`make_run_likelihood` builds the spec's likelihood and :func:`resolve_backend_options` the
-backend options a fit receives (the spec's generic fields, ``backend_options``, and the default
-epochs of about 5000 optimisation steps).  :func:`lab.runs.execute` runs a spec.
+A run's path through here, once each: :func:`validate_spec` refuses a bad name or value before any
+data are loaded or anything is fitted, and builds the spec's likelihood for its checks; on the data,
+:func:`resolve_run` keeps that likelihood (it is rebuilt only when the data's task changes the
+default, e.g. ``categorical`` for classification data) and resolves the backend options a fit
+receives (the spec's generic fields, ``backend_options``, and the default epochs of about 5000
+optimisation steps), typed by the backend's ``Config``: :func:`resolve_backend_options`.  The
+backend is read through its declared options only (its ``Config`` fields and their defaults,
+:func:`declared_options`).  :func:`lab.runs.execution.execute` runs a spec.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from zoo.architectures import ARCHITECTURES
 from zoo.data import Dataset
@@ -22,8 +27,8 @@ from inference.backends import BACKENDS, get_backend, parse_config
 from inference.optim.start import MAP_BATCH_SIZE, map_budget
 from inference.variational.pruning import PRUNE_MODES
 
-__all__ = ["RunSpec", "validate_spec", "make_run_likelihood", "resolve_backend_options", "default_epochs",
-           "map_backend_steps", "GENERIC_OPTIONS"]
+__all__ = ["RunSpec", "ResolvedRun", "validate_spec", "resolve_run", "make_run_likelihood", "resolve_backend_options",
+           "declared_options", "default_epochs", "map_backend_steps", "GENERIC_OPTIONS"]
 
 #: spec attribute → backend Config field, passed on when set (or defaulted) and the backend has it
 GENERIC_OPTIONS = ("epochs", "batch_size", "lr", "num_samples", "pretrain_epochs")
@@ -97,8 +102,11 @@ def make_run_likelihood(spec: RunSpec, task: Optional[str] = None) -> Likelihood
     return likelihood_from_spec(name, task, spec.noise, spec.likelihood_options)
 
 
-def validate_spec(spec: RunSpec) -> None:
-    """Clear ``ValueError``s for a spec's names and values (cheap checks, before any data or fit)."""
+def validate_spec(spec: RunSpec) -> Likelihood:
+    """Clear ``ValueError``s for a spec's names and values (cheap checks, before any data or fit).
+
+    Returns the likelihood built for the checks (the data's task not yet known), which
+    :func:`resolve_run` keeps for the run where the task does not change it."""
     choices = {"backend": BACKENDS, "model": ARCHITECTURES, "prior": PRIORS, "prune": PRUNE_MODES}
     for name, valid in choices.items():
         if getattr(spec, name) not in valid:
@@ -126,6 +134,56 @@ def validate_spec(spec: RunSpec) -> None:
         if spec.backend not in prunable or spec.stochastic == "none":
             raise ValueError(f"--prune {spec.prune} needs random weights fitted by a variational-family backend "
                              f"({', '.join(prunable)}); got --backend {spec.backend} --stochastic {spec.stochastic}")
+    return likelihood
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A :class:`RunSpec` resolved once on its data (:func:`resolve_run`): what its fit is built from.
+
+    Attributes:
+        spec: the spec.
+        likelihood: the run's likelihood, built for the data's task (its network has ``likelihood.heads``
+            outputs per target).
+        options: the backend options the fit receives (``inference.fit(..., **options)``), typed, the run
+            layer's defaults included (:func:`resolve_backend_options`); ``config.json`` records them.
+        config: the backend's ``Config`` of those options.
+    """
+
+    spec: RunSpec
+    likelihood: Likelihood
+    options: dict
+    config: Any
+
+    @property
+    def draws(self) -> dict:
+        """What sets the draws of the run's test-set prediction: ``{option: value}`` of ``num_samples``,
+        ``num_chains`` and ``num_members`` where the backend has them (their product; {} for a point estimate)."""
+        return {name: int(getattr(self.config, name) or 1) for name in ("num_samples", "num_chains", "num_members")
+                if hasattr(self.config, name)}
+
+
+def resolve_run(spec: RunSpec, data: Dataset, checked: Optional[Likelihood] = None) -> ResolvedRun:
+    """``spec`` resolved on ``data``: its likelihood and its backend options, once.
+
+    ``checked`` is the likelihood :func:`validate_spec` returned for ``spec``: it is the run's when the
+    spec names one, or when the data are regression data and the backend declares no
+    ``regression_likelihood`` of its own; otherwise (and without it) the likelihood is built here for
+    ``data.task`` (``ValueError`` for one that does not fit the task)."""
+    task_free = spec.likelihood is not None or (
+        data.task == "regression" and getattr(BACKENDS.get(spec.backend), "regression_likelihood", None) is None)
+    if checked is not None and task_free and checked.task == data.task:
+        likelihood = checked
+    else:
+        likelihood = make_run_likelihood(spec, data.task)
+    options, config = _backend_options(spec, data)
+    return ResolvedRun(spec, likelihood, options, config)
+
+
+def declared_options(backend) -> dict:
+    """``{option: default}`` of a backend's declared options (the fields of its ``Config`` dataclass;
+    ``dataclasses.MISSING`` for a required one)."""
+    return {f.name: f.default for f in dataclasses.fields(backend.Config)}
 
 
 def resolve_backend_options(spec: RunSpec, data: Dataset) -> dict:
@@ -133,16 +191,21 @@ def resolve_backend_options(spec: RunSpec, data: Dataset) -> dict:
     :data:`GENERIC_OPTIONS` that are set, each checked to apply to the backend and given once, typed
     by the backend's ``Config``; ``epochs`` defaults to :func:`default_epochs` (unless the backend
     keeps its own budget) and ``pretrain_epochs`` to a quarter of them for a random selection."""
+    return _backend_options(spec, data)[0]
+
+
+def _backend_options(spec: RunSpec, data: Dataset) -> tuple[dict, Any]:
+    """:func:`resolve_backend_options` and the backend ``Config`` of the options it returns."""
     engine = get_backend(spec.backend)
-    fields = {f.name for f in dataclasses.fields(engine.Config)}
+    declared = declared_options(engine)
     options = dict(spec.backend_options)
     for name in GENERIC_OPTIONS:
         value = getattr(spec, name)
         if value is None:
             continue
-        if name not in fields:
+        if name not in declared:
             raise ValueError(
-                f"option {name!r} does not apply to backend {spec.backend!r}; its options are: {', '.join(sorted(fields))}"
+                f"option {name!r} does not apply to backend {spec.backend!r}; its options are: {', '.join(sorted(declared))}"
             )
         if name in options:
             raise ValueError(f"option {name!r} is given twice: as --{name.replace('_', '-')} (RunSpec.{name}) and "
@@ -150,19 +213,13 @@ def resolve_backend_options(spec: RunSpec, data: Dataset) -> dict:
         options[name] = value
     config = parse_config(engine, options)  # names and types checked, values typed (e.g. 1e3 -> 1000)
     options = {name: getattr(config, name) for name in options}
-    if "epochs" in fields and "epochs" not in options and not getattr(config, "own_budget", False):  # a paper's budget
-        batch = options.get("batch_size", _field_default(engine.Config, "batch_size"))
-        options["epochs"] = default_epochs(data.n_train, batch)
-    if "map_steps" in fields and "map_steps" not in options and _field_default(engine.Config, "map_steps") is None:
-        options["map_steps"] = map_backend_steps(data.n_train)  # "the map backend's budget": the one it gets here
-    if "pretrain_epochs" in fields and "pretrain_epochs" not in options and spec.stochastic != "none" \
-            and "epochs" in options:  # (a backend keeping its own budget sets its pretraining too)
-        options["pretrain_epochs"] = options["epochs"] // 4
-    return options
-
-
-def _field_default(config_cls, name):
-    for f in dataclasses.fields(config_cls):
-        if f.name == name:
-            return f.default
-    return None
+    defaults = {}
+    if "epochs" in declared and "epochs" not in options and not getattr(config, "own_budget", False):  # a paper's budget
+        batch = options.get("batch_size", declared.get("batch_size"))
+        defaults["epochs"] = default_epochs(data.n_train, batch)
+    if "map_steps" in declared and "map_steps" not in options and declared["map_steps"] is None:
+        defaults["map_steps"] = map_backend_steps(data.n_train)  # "the map backend's budget": the one it gets here
+    if "pretrain_epochs" in declared and "pretrain_epochs" not in options and spec.stochastic != "none" \
+            and "epochs" in {**options, **defaults}:  # (a backend keeping its own budget sets its pretraining too)
+        defaults["pretrain_epochs"] = {**options, **defaults}["epochs"] // 4
+    return {**options, **defaults}, dataclasses.replace(config, **defaults) if defaults else config
