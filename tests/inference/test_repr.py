@@ -1,7 +1,5 @@
-"""Notebook use: short text / HTML summaries of posteriors and predictions, and a report from memory."""
+"""Notebook use: short text / HTML summaries of posteriors and predictions."""
 from __future__ import annotations
-
-import html
 
 import torch
 
@@ -9,9 +7,6 @@ from zoo.bnn import BayesianNetwork
 from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
 
 from inference import SamplePosterior, fit
-from lab.report import RUN_SECTIONS, ReportRun, render_section, write_report
-from lab.run_spec import RunSpec
-from lab.runs import execute
 
 
 def _words(text: str) -> str:
@@ -57,14 +52,3 @@ def test_prediction_repr_shows_shapes_and_summaries_never_tensors():
     classifier = BayesianNetwork(torch.nn.Linear(3, 2), "all", likelihood=CategoricalLikelihood(), output_dim=2)
     text = repr(fit(classifier, x, labels, progress=False, epochs=2).predict(x, seed=0))
     assert "200 draws × 500 points × 2 classes" in text and "top-class probability" in text and len(text) < 600
-
-
-def test_report_from_a_posterior_and_its_data_matches_the_run(tmp_path):
-    spec = RunSpec(data="toy1d", hidden=[8], stochastic="last", epochs=30, num_samples=40)
-    result = execute(spec, None, progress=False)
-    run = ReportRun.from_posterior(result.posterior, result.data, seed=spec.seed, name="same")
-    assert run.metrics["model"] == "mlp" and run.metrics["rmse"] == result.metrics["rmse"]
-    for title in ("Calibration", "LOO"):
-        assert render_section(run, title) == render_section(ReportRun.from_result(result, name="same"), title), title
-    page = write_report(result.posterior, tmp_path / "r.html", data=result.data).read_text()
-    assert page.count("<section") == len(RUN_SECTIONS) and "in memory" in page and "toy1d-mlp-svi-seed0" in html.unescape(page)

@@ -1,4 +1,5 @@
-"""The ``ensemble`` backend (deep ensembles) and the per-member metrics of :mod:`inference.evaluation.member_metrics`."""
+"""The ``ensemble`` backend (deep ensembles): members that differ and mix, shared deterministic parameters,
+workers and Ray, bad options, and the members in a run's metrics."""
 from __future__ import annotations
 
 import pytest
@@ -6,9 +7,9 @@ import torch
 
 from inference import load_posterior
 from inference.fitting import fit
-from inference.evaluation.member_metrics import member_metrics, member_posteriors
+from inference.evaluation.member_metrics import member_posteriors
 from zoo.bnn import BayesianNetwork
-from zoo.likelihoods import CategoricalLikelihood, GaussianLikelihood
+from zoo.likelihoods import GaussianLikelihood
 
 OPTIONS = dict(epochs=15, batch_size=16, progress=False)
 
@@ -44,31 +45,6 @@ def test_members_differ_and_mix(tmp_path):
     assert float((mixture.sd**2 - member_var.mean(0)).mean()) > 1e-3  # and strictly above where members disagree
     loaded = load_posterior(posterior.save(tmp_path / "ensemble"))
     assert torch.equal(loaded.predict(x_test, seed=2).f, posterior.predict(x_test, seed=2).f)
-
-
-def test_member_metrics():
-    x, y = _data()
-    posterior = fit(_bnn(), x, y, backend="ensemble", seed=1, num_members=3, **OPTIONS)
-    x_test, y_test = _data(20)
-    mixture = posterior.predict(x_test, y=y_test, seed=0)
-    record = member_metrics(posterior, x_test, y_test, mixture, seed=0)
-    assert record["num_members"] == 3 and len(record["per_member"]) == 3
-    # log of a mean density ≥ mean of log densities (Jensen): the mixture's test_ll is at least the members' mean
-    assert record["mixture"]["test_ll"] >= record["member_mean"]["test_ll"] - 1e-6
-    assert 0 < record["disagreement"] <= 1
-    with pytest.raises(ValueError, match="all of them"):
-        member_metrics(posterior, x_test, y_test, posterior.predict(x_test, num_samples=2, y=y_test), seed=0)
-
-
-def test_member_metrics_classification_disagreement():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(40, 2, generator=g)
-    y = (x[:, 0] > 0).long()
-    net = torch.nn.Linear(2, 2)
-    bnn = BayesianNetwork(net, likelihood=CategoricalLikelihood(), output_dim=2)
-    posterior = fit(bnn, x, y, backend="ensemble", seed=0, num_members=2, **OPTIONS)
-    record = member_metrics(posterior, x, y, posterior.predict(x, y=y), seed=0)
-    assert record["disagreement"] >= 0 and set(record["mixture"]) >= {"accuracy", "nll", "ece"}
 
 
 def test_shared_deterministic_parameters():
