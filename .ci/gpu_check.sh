@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi -L
 python3 -c "import torch, pyro, arviz; print('torch', torch.__version__, 'pyro', pyro.__version__, 'arviz', arviz.__version__, 'cuda', torch.cuda.is_available())"
 timeout 420 python3 -m pytest -q -p no:cacheprovider -rfE --durations 8 -k cuda \
-    tests/test_cuda.py tests/test_stochastic.py 2>&1 | tee "$log_dir/pytest-cuda.log"
+    tests/inference/backends/test_cuda.py tests/zoo/test_stochastic.py 2>&1 | tee "$log_dir/pytest-cuda.log"
 status=$?
 timeout 120 python3 benchmarks/svi_step.py --device cuda --rounds 10 --no-trace-reference 2>&1 | tee "$log_dir/svi-step-cuda.log"
 exit $status

@@ -1,6 +1,6 @@
 """The fuzz campaign (issue 41): the suite's Hypothesis fuzz tests with every test's examples scaled up.
 
-Runs ``tests/test_fuzz_inputs.py`` and ``tests/test_fuzz_saves_reports.py`` under pytest with
+Runs ``tests/project/test_fuzz_inputs.py`` and ``tests/project/test_fuzz_saves_reports.py`` under pytest with
 ``ZOO_FUZZ_SCALE=k`` (examples per test × k; the suite runs k = 1) and collects each example's outcome
 (``ZOO_FUZZ_COUNTS``): per test, inputs accepted and inputs refused with their documented error; a
 traceback of any other type or an unescaped string fails the test and the campaign.  Examples are
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ("tests/test_fuzz_inputs.py", "tests/test_fuzz_saves_reports.py")
+FILES = ("tests/project/test_fuzz_inputs.py", "tests/project/test_fuzz_saves_reports.py")
 
 
 def main(argv=None) -> int:

@@ -34,8 +34,8 @@ from zoo.likelihoods import make_likelihood
 
 def _tiny_settings() -> dict:
     """The smallest settings that run each backend end to end: ``TINY`` of
-    tests/test_backends_x_likelihoods.py (one list for the tests and this check)."""
-    path = Path(__file__).resolve().parent.parent / "tests" / "test_backends_x_likelihoods.py"
+    tests/inference/backends/test_backends_x_likelihoods.py (one list for the tests and this check)."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "inference" / "backends" / "test_backends_x_likelihoods.py"
     spec = importlib.util.spec_from_file_location("backends_x_likelihoods", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -24,7 +24,7 @@ extensions = [
 ]
 root_doc = "index"
 exclude_patterns = ["_build", "figures/*.py", "toy1d_variational.py", "tutorials/.ipynb_checkpoints"]
-nb_execution_mode = "off"  # the notebooks carry the outputs of a full run (tests/test_notebooks.py)
+nb_execution_mode = "off"  # the notebooks carry the outputs of a full run (tests/project/test_notebooks.py)
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 autodoc_member_order = "bysource"

@@ -4,7 +4,7 @@
 
 Each notebook runs top to bottom in this folder with this interpreter's ``python3`` kernel (the
 one ``.ci/install`` registers), its ``FAST`` switch as committed (False); outputs, figures included,
-are written back into the ``.ipynb``, which the docs site renders and ``tests/test_notebooks.py``
+are written back into the ``.ipynb``, which the docs site renders and ``tests/project/test_notebooks.py``
 checks (run once in order, no error, a figure).  Prints each notebook's wall time.  A cell may run
 ``--cell-timeout`` seconds (default 3600; 03's four Euler fits on all pixels take longer on 2 cores).
 """
