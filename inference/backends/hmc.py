@@ -1,54 +1,23 @@
 """The ``hmc`` and ``nuts`` backends: HMC and NUTS over exactly a model's random sites, all chains in lockstep.
 
-Both backends sample ``π(z)`` of :class:`inference.optim.potential.Potential`: the random
-weights and likelihood latents in unconstrained coordinates; deterministic parameters
-stay at the network's values (after the optional MAP initialisation, which fits them
-jointly when the model trains them).  The ``C`` chains are one ``[C, D]`` tensor, so
-each leapfrog step costs one batched forward/reverse pass for all chains.
-
-This module holds the options and assembles the parts of :mod:`inference.mcmc`:
-
-* ``hmc`` — static HMC (Neal 2011) with ``num_steps`` jittered leapfrog steps
-  (:func:`inference.mcmc.kernels.build_hmc`).
-* ``nuts`` — multinomial NUTS with the generalised U-turn criterion (Hoffman & Gelman
-  2014; Betancourt 2017), iterative tree building (:mod:`inference.mcmc.nuts`).
-* the output module on cached features — :mod:`inference.optim.output_head`: when the random weights are
-  the module whose output the network returns, its input is computed once after the start and each
-  gradient runs that module only (the same density);
-* the start — :func:`inference.optim.start.initial_point`, jittered per chain
-  (:func:`inference.mcmc.chains.jittered_starts`).
-* the time budget — :func:`inference.mcmc.budget.time_budget` stops a fit projected past ``time_budget``;
-* convergence — :func:`inference.mcmc.convergence.chain_convergence`: R-hat / ESS of ``f_mean``,
-  ``log_joint`` and the latents in ``post.info`` (with a warning when the chains have not mixed);
-* warm-up and sampling — :func:`inference.mcmc.chains.sample_chains`: Stan's windowed adaptation
-  (:func:`inference.mcmc.adaptation.window_adaptation`: dual-averaging step size, Welford (co)variance
-  metric in doubling windows; per-chain, fixed after warm-up, so the draws are exact) on the loop of
-  :func:`inference.mcmc.driver.run_chains`.
+This module holds the options (:class:`ChainConfig`, shared: chains, warm-up, adaptation, the start, compilation,
+the time budget; :class:`HMCConfig`: leapfrog steps and their jitter; :class:`NUTSConfig`: the tree depth) and the
+backends; the algorithm — ``hmc``: static HMC (Neal 2011); ``nuts``: multinomial NUTS (Hoffman & Gelman 2014;
+Betancourt 2017) — is assembled from the parts of :mod:`inference.mcmc` by :func:`inference.mcmc.fit.fit_chains`
+(its module docstring describes it step by step).
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
-from functools import partial
 from typing import Literal, Optional, Union
 
-import pyro
-import torch
-
-from inference.mcmc.adaptation import metric_choice
-from inference.mcmc.budget import DEFAULT_TIME_BUDGET, WINDOW, sampler_advice, time_budget
-from inference.mcmc.chains import jittered_starts, last_layer_dim, sample_chains, sampling_warnings
-from inference.mcmc.convergence import chain_convergence
-from inference.mcmc.initial_metric import CURVATURE_MAX_DIM, curvature_metric, hessian
-from inference.mcmc.compilation import COMPILE_MODES, LazyCompile, compile_blocker, unit_key
-from inference.mcmc.kernels import build_hmc, build_nuts
+from inference.mcmc.budget import DEFAULT_TIME_BUDGET
+from inference.mcmc.compilation import COMPILE_MODES
+from inference.mcmc.fit import HMC, NUTS, fit_chains
 from inference.posterior import SamplePosterior
-from inference.optim.map import run_info
-from inference.optim.output_head import head_module
-from inference.optim.potential import Potential, frozen_deterministic
-from inference.optim.start import INIT_STRATEGIES, initial_point
-from inference.backends.base import Backend, NonFiniteLossError
+from inference.optim.start import INIT_STRATEGIES
+from inference.backends.base import Backend
 
 __all__ = ["ChainConfig", "HMCConfig", "NUTSConfig", "HMCBackend", "NUTSBackend"]
 
@@ -179,80 +148,10 @@ class HMCBackend(Backend):
 
     name = "hmc"
     Config = HMCConfig
-
-    unit = "leapfrog step"
-
-    def _transition(self, potential, config, compile: bool):
-        return build_hmc(potential, compile, config.max_energy_error, config.num_steps, config.step_jitter)
-
-    def _advice(self, config, bnn, x, dim: int, projection) -> list:
-        """What would bring the fit within ``config.time_budget`` (:func:`~inference.mcmc.budget.sampler_advice`)."""
-        return sampler_advice(projection, counts={"warmup_steps": config.warmup_steps, "num_samples": config.num_samples},
-                              num_chains=config.num_chains, dim=dim, last_dim=last_layer_dim(bnn, x),
-                              max_tree_depth=getattr(config, "max_tree_depth", None),
-                              num_steps=getattr(config, "num_steps", None))
-
-    @staticmethod
-    def _metric(potential, z0: torch.Tensor, config, head: Optional[str]):
-        """``(plan, metric, record)``: the :func:`~inference.mcmc.adaptation.metric_choice` of ``config``, the warm-up's
-        first metric (from the curvature at the start ``z0`` ``[D]``, or ``None``: the identity) and what to record."""
-        started = time.perf_counter()
-        curvature = config.init_metric == "curvature" and potential.dim <= CURVATURE_MAX_DIM
-        plan = metric_choice(config.dense_mass, config.pool_adaptation, config.adapt_mass, potential.dim,
-                             config.warmup_steps, config.num_chains, curvature=curvature, output_layer=head is not None)
-        metric = curvature_metric(hessian(potential.log_density, z0), config.num_chains, plan.dense) if curvature else None
-        record = {**plan._asdict(), "initial": "curvature" if curvature else "identity",
-                  "initial_seconds": time.perf_counter() - started}
-        return plan, metric, record
+    sampler = HMC
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
-        started = time.perf_counter()
-        pyro.set_rng_seed(seed)
-        generator = torch.Generator().manual_seed(seed)
-        potential = Potential(bnn, x, y)
-        head, no_head = head_module(bnn, x)  # sampled on cached features when the random weights are the output module
-        transition = LazyCompile(  # before the start: on a CPU it begins warming the compiler in the background
-            partial(self._transition, potential, config), config.compile,
-            config.warmup_steps + config.num_samples * config.thin,
-            unit_key(self.name, potential, config.num_chains, head), compile_blocker(bnn, head), progress,
-            desc=f"{self.name}: compiling the {self.unit} (once per fit)", device=potential.device,
-        )  # fmt: skip
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed)
-        if not bool(torch.isfinite(z0).all()):
-            raise NonFiniteLossError(0, "the MAP initialisation", None)
-        starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)
-        total = config.warmup_steps + config.num_samples * config.thin
-        monitor = None if config.time_budget is None else time_budget(
-            config.time_budget, total, started, name=self.name, check_until=config.warmup_steps + WINDOW,
-            advise=partial(self._advice, config, bnn, x, potential.dim), forecast=transition.forecast,
-        )  # fmt: skip
-        with torch.no_grad(), frozen_deterministic(bnn), potential.cached_head(head):
-            plan, metric, metric_record = self._metric(potential, z0, config, head)
-            z, stats, record = sample_chains(
-                potential, starts, transition, generator, progress, self.name, warmup_steps=config.warmup_steps,
-                num_samples=config.num_samples, thin=config.thin, step_size=config.step_size,
-                target_accept=config.target_accept, dense_mass=plan.dense,
-                pool_adaptation=plan.pooled, adapt_step_size=config.adapt_step_size,
-                adapt_mass=plan.estimate, monitor=monitor, initial_metric=metric,
-            )  # fmt: skip
-            divergences, saturated = sampling_warnings(self.name, stats, config.target_accept,
-                                                       getattr(config, "max_tree_depth", None), stacklevel=3)
-            convergence = chain_convergence(self.name, potential, z, log_density=stats["lp"],
-                                            tree_depth_saturated=saturated, stacklevel=3)
-        info = run_info(self.name, config, seed, x, started, **{
-            "num_chains": config.num_chains,
-            "num_random": potential.dim,
-            "divergences": divergences,
-            "tree_depth_saturated": saturated,
-            "output_head": head,
-            "metric": metric_record,
-            "output_head_skipped": no_head,
-            **convergence,
-            **init_record,
-            **record,
-            **transition.record,
-        })
-        return SamplePosterior(bnn, potential.draws(z), sample_stats=stats, info=info)
+        return fit_chains(bnn, x, y, config, seed, progress, self.name, self.sampler)
 
 
 class NUTSBackend(HMCBackend):
@@ -260,8 +159,4 @@ class NUTSBackend(HMCBackend):
 
     name = "nuts"
     Config = NUTSConfig
-
-    unit = "subtree"
-
-    def _transition(self, potential, config, compile: bool):
-        return build_nuts(potential, compile, config.max_energy_error, config.max_tree_depth)
+    sampler = NUTS

@@ -1,64 +1,24 @@
 """The SG-MCMC backends: ``sgld``, ``psgld``, ``sghmc`` and ``csgmcmc``.
 
-All four sample π(z) of :class:`inference.optim.potential.Potential` (random sites in
-unconstrained coordinates, deterministic parameters at the network's values) from
-minibatch gradients g = ∇ log π̃(z) with the likelihood scaled by N/n.  The ``C`` chains
-are one ``[C, D]`` tensor and share each minibatch (one batched forward pass per step);
-their injected noise is independent.  This module holds the options and assembles the
-kernels of :mod:`inference.sgmcmc.updates` (SGLD, Welling & Teh 2011; pSGLD, Li et al. 2016;
-SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020) with the runner of
-:mod:`inference.sgmcmc.runner` (the loop of :func:`inference.mcmc.driver.run_chains`):
-
-* ``sgld`` / ``psgld`` / ``sghmc``: ``warmup_steps`` burn-in steps, then ``num_samples``
-  draws ``thin`` steps apart; step size ε_t = ε₀ (1 + t/b)^−γ (``step_size`` ε₀,
-  ``step_offset`` b, ``step_decay`` γ), Welling & Teh 2011's a (b + t)^−γ.
-
-``step_size=None`` (the default) sets ε₀ / η / α₀ from the curvature at the start point
-(:func:`inference.sgmcmc.runner.curvature_step_size`, :mod:`inference.sgmcmc.step_sizes`): the
-spectral radius λ of the Hessian of −log π̃ on up to
-:data:`~inference.sgmcmc.step_sizes.CURVATURE_ROWS` training rows (scaled by N/m), by power iteration
-on Hessian-vector products, and the rule of each sampler for the minibatch ratio r = N/n;
-``info["step_size_rule"]`` records λ, r and the step.
-* ``csgmcmc``: ``num_cycles`` cosine cycles of ``cycle_length`` steps; ``num_samples /
-  num_cycles`` draws ``thin`` steps apart from the end of each cycle's sampling phase.
-
-A draw is the chains' state after a step.  Chains that diverge (non-finite log density or
-gradient) before the first kept draw restart from their starts with the step size divided by 4,
-at most ``max_backoffs`` times (``info["step_size_backoffs"]``; docs/mcmc.md, "SG-MCMC step
-sizes"); later, non-finite values stop the run with
-:class:`~inference.backends.base.NonFiniteLossError` carrying the draws so far.
+This module holds the backends: each names its options (:mod:`inference.sgmcmc.config`) and its
+:class:`~inference.sgmcmc.fit.Sampler` (the kernel of :mod:`inference.sgmcmc.updates`: SGLD, Welling & Teh 2011;
+pSGLD, Li et al. 2016; SGHMC, Chen et al. 2014; cyclical SG-MCMC, Zhang et al. 2020; its default step rule and
+kept steps), and declares what it can do; the algorithm — the start, the step size from the curvature, the
+chains and their back-off — is assembled from the parts of :mod:`inference.sgmcmc` by
+:func:`inference.sgmcmc.fit.fit_sgmcmc`, K fits at once by :func:`inference.sgmcmc.fit.fit_sgmcmc_stacked` (their
+module docstring describes them step by step).
 """
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import replace
-from functools import partial
-from typing import Callable, Optional
+from typing import Optional
 
-import pyro
 import torch
 
-from inference.mcmc.budget import WINDOW, sampler_advice, time_budget
-from inference.mcmc.chains import last_layer_dim
-from inference.mcmc.driver import thinned
-from inference.sgmcmc.runner import (
-    curvature_operator, curvature_step_size, cycle_draw_index, gradient_estimator, sample_sgmcmc,
-)  # fmt: skip
 from inference.sgmcmc.config import CyclicalConfig, PSGLDConfig, SGHMCConfig, SGLDConfig, SGMCMCConfig
-from inference.sgmcmc.stability import collapse_check, start_jitter
-from inference.sgmcmc.step_sizes import (
-    PSGLD_WARM_START, cyclical_step_size, preconditioned, rms_preconditioner, sghmc_step_size, sgld_step_size,
+from inference.sgmcmc.fit import (
+    CyclicalSampler, PSGLDSampler, Sampler, SGHMCSampler, SGLDSampler, fit_sgmcmc, fit_sgmcmc_stacked,
 )  # fmt: skip
-from inference.sgmcmc.updates import Kernel, cyclical, polynomial_decay, psgld, sghmc, sgld
 from inference.posterior import SamplePosterior
-from inference.optim.batches import LoaderBatches
-from inference.optim.output_head import head_module
-from inference.optim.potential import Potential, frozen_deterministic
-from inference.optim.map import MAPOptions, run_info
-from inference.optim.start import MAP_BATCH_SIZE, initial_point, map_epochs
-from inference.optim.training import NonFiniteLossError
-from inference.optim.stacked_map import fit_map_starts
 from inference.backends.base import Backend
 
 __all__ = [
@@ -76,7 +36,7 @@ __all__ = [
 
 # ---------------------------------------------------------------------- backends
 class SGMCMCBackend(Backend):
-    """Base of the SG-MCMC backends: a kernel, a number of steps and the steps whose states are kept.
+    """Base of the SG-MCMC backends: options and a :class:`~inference.sgmcmc.fit.Sampler`.
 
     ``run`` also takes a DataLoader's batches (:class:`~inference.optim.batches.LoaderBatches`, ``y``
     ``None``): each step, and each step of the MAP initialisation, takes the loader's next batch
@@ -85,37 +45,10 @@ class SGMCMCBackend(Backend):
 
     accepts_loader = True
     stacks_trained_body = True
-
-    def kernel(self, value_and_grad: Callable, config, num_data: int) -> Kernel:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def default_step_size(self, config, hessian: Callable, curvature: Callable, batch_ratio: float, **start) -> float:
-        """The step rule of :mod:`inference.sgmcmc.step_sizes` for this sampler; ``curvature(operator)``
-        is the spectral radius of an operator, ``hessian`` that of −log π̃ at the start point."""
-        return sgld_step_size(curvature(hessian), batch_ratio)
-
-    def num_iterations(self, config) -> int:
-        return config.warmup_steps + config.num_samples * config.thin
-
-    def draw_index(self, config) -> Callable[[int], Optional[int]]:
-        """Step ``t`` (0-based) → the draw slot of the state after it, or ``None``."""
-        return thinned(config.warmup_steps, config.thin)
-
-    def step_counts(self, config) -> dict:
-        """The options that set the number of steps, scaled down together by the budget's advice."""
-        return {"warmup_steps": config.warmup_steps, "num_samples": config.num_samples}
-
-    def _monitor(self, bnn, x, config, dim: int, started: float):
-        """The :func:`~inference.mcmc.budget.time_budget` of ``config`` (or ``None``), checked over the first tenth
-        of the steps (a step's cost does not change)."""
-        total = self.num_iterations(config)
-        advise = lambda p: sampler_advice(p, counts=self.step_counts(config), num_chains=config.num_chains, dim=dim,  # noqa: E731
-                                          last_dim=last_layer_dim(bnn, x if isinstance(x, torch.Tensor) else None))
-        return None if config.time_budget is None else time_budget(
-            config.time_budget, total, started, name=self.name, advise=advise, check_until=total // 10 + WINDOW)
+    sampler: Sampler
 
     def run(self, bnn, x, y, config, seed: int, progress: bool) -> SamplePosterior:
-        return self._run(bnn, x, y, config, seed, progress)
+        return fit_sgmcmc(bnn, x, y, config, seed, progress, self.name, self.sampler)
 
     def stack_blocker(self, bnn, config) -> Optional[str]:
         if config.init != "map" or config.map_steps <= 0:
@@ -124,105 +57,26 @@ class SGMCMCBackend(Backend):
         return None
 
     def fit_stacked(self, bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
-        """K fits (:func:`inference.fit_many`): their MAP starts as one stacked program
-        (:func:`~inference.optim.stacked_map.fit_map_starts`, the options :func:`initial_point` uses), then
-        each fit's chains from its start as :meth:`run` runs them.  Per fit a posterior or the
-        :class:`NonFiniteLossError` that stopped it; ``info["map_seconds"]`` is the fit's share of the stacked start."""
-        started = time.perf_counter()
-        options = MAPOptions(epochs=map_epochs(xs.shape[1], None, config.map_steps), lr=config.map_lr,
-                             batch_size=MAP_BATCH_SIZE)
-        starts, _ = fit_map_starts(bnns, xs, ys, options, seeds, progress, f"MAP start x{len(bnns)} (stacked)")
-        share = (time.perf_counter() - started) / len(bnns)
-        results = []
-        for k, (bnn, start, seed) in enumerate(zip(bnns, starts, seeds)):
-            try:
-                posterior = self._run(bnn, xs[k], ys[k], config, int(seed), progress, fitted=start.values)
-            except NonFiniteLossError as error:
-                posterior = error
-            target = posterior.posterior if isinstance(posterior, NonFiniteLossError) else posterior
-            if target is not None:
-                target.info.update(map_seconds=share, fit_seconds=target.info.get("fit_seconds", 0.0) + share,
-                                   multifit={"fits": len(bnns), "index": k})
-            results.append(posterior)
-        return results
-
-    def _run(self, bnn, x, y, config, seed: int, progress: bool, fitted: Optional[dict] = None) -> SamplePosterior:
-        started = time.perf_counter()
-        pyro.set_rng_seed(seed)
-        generator = torch.Generator().manual_seed(seed)
-        potential = Potential(bnn, x, y)
-        loader = x if isinstance(x, LoaderBatches) else None
-        if isinstance(config, CyclicalConfig):  # cycles in epochs: the DataLoader's batches or ⌈N / batch_size⌉ steps
-            batch = min(config.batch_size or potential.num_data, potential.num_data)
-            config = config.resolved(loader.steps_per_epoch if loader else math.ceil(potential.num_data / batch))
-        z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
-                                        data=loader, fitted=fitted)
-        jitter = torch.randn(config.num_chains, z0.shape[-1], generator=generator)  # unit draws, scaled below
-        estimate = gradient_estimator(potential, loader, config.batch_size, generator)
-        rule = None
-        if config.step_size is None:
-            rule = partial(self.default_step_size, config, z=z0, estimate=estimate, num_data=potential.num_data)
-        with frozen_deterministic(bnn):
-            start = curvature_operator(potential, z0, loader, config.batch_size, generator)
-            step, curvature_record = curvature_step_size(start, z0, rule, generator)
-            check = collapse_check(potential, z0, start.x, start.y, start.batch_ratio)
-        if step is not None:
-            config = replace(config, step_size=step)
-        jitter_sd = start_jitter(config.init_jitter, curvature_record["hessian_radius"])
-        z = z0 + (jitter_sd * jitter).to(z0)
-        info = run_info(self.name, config, seed, x, started, num_chains=config.num_chains, num_random=potential.dim,
-                        output_head=None if loader is not None else head_module(bnn, x)[0], **init_record)
-        info["start_jitter"] = jitter_sd
-        info["step_size_rule" if rule is not None else "start_curvature"] = curvature_record
-        return sample_sgmcmc(
-            bnn, potential, lambda step: self.kernel(estimate, replace(config, step_size=step), potential.num_data),
-            config.step_size, z, generator, info, started, num_iterations=self.num_iterations(config),
-            num_draws=config.num_samples, draw_index=self.draw_index(config),
-            num_warmup=getattr(config, "warmup_steps", 0), progress=progress,
-            desc=f"{self.name} ({config.num_chains} chains)", max_backoffs=config.max_backoffs,
-            collapse=check.fresh, monitor=self._monitor(bnn, x, config, potential.dim, started),
-            head=info["output_head"],
-            first_batch=None if loader is None else lambda: next(iter(loader.epoch(generator))),
-        )  # fmt: skip
-
-
-def _decay(config):
-    return polynomial_decay(config.step_size, config.step_offset, config.step_decay)
+        """K fits (:func:`inference.fit_many`): :func:`~inference.sgmcmc.fit.fit_sgmcmc_stacked`."""
+        return fit_sgmcmc_stacked(bnns, xs, ys, config, seeds, progress, self.name, self.sampler)
 
 
 class SGLDBackend(SGMCMCBackend):
     name = "sgld"
     Config = SGLDConfig
-
-    def kernel(self, value_and_grad, config, num_data):
-        return sgld(value_and_grad, _decay(config))
+    sampler = SGLDSampler()
 
 
 class PSGLDBackend(SGMCMCBackend):
     name = "psgld"
     Config = PSGLDConfig
-
-    def kernel(self, value_and_grad, config, num_data):
-        warm_start = 1 if config.batch_size is None else PSGLD_WARM_START
-        return psgld(value_and_grad, _decay(config), num_data, config.rms_decay, config.rms_damping, warm_start)
-
-    def default_step_size(self, config, hessian, curvature, batch_ratio, z, estimate, num_data):
-        """SGLD's rule on G^{1/2} H G^{1/2}, G from the mean ḡ⊙ḡ of minibatch gradients at the start."""
-        warm_start = 1 if batch_ratio == 1 else PSGLD_WARM_START
-        square_avg = sum((estimate(z.unsqueeze(0))[1][0] / num_data).square() for _ in range(warm_start)) / warm_start
-        precond = rms_preconditioner(square_avg, config.rms_damping)
-        return sgld_step_size(curvature(preconditioned(hessian, precond)), batch_ratio)
+    sampler = PSGLDSampler()
 
 
 class SGHMCBackend(SGMCMCBackend):
     name = "sghmc"
     Config = SGHMCConfig
-
-    def kernel(self, value_and_grad, config, num_data):
-        return sghmc(value_and_grad, _decay(config), config.friction)
-
-    def default_step_size(self, config, hessian, curvature, batch_ratio, **start):
-        return sghmc_step_size(curvature(hessian), batch_ratio, config.friction)
+    sampler = SGHMCSampler()
 
 
 class CyclicalSGMCMCBackend(SGMCMCBackend):
@@ -230,19 +84,4 @@ class CyclicalSGMCMCBackend(SGMCMCBackend):
 
     name = "csgmcmc"
     Config = CyclicalConfig
-
-    def kernel(self, value_and_grad, config, num_data):
-        return cyclical(value_and_grad, config.step_size, config.length, config.exploration, config.kernel, config.friction)
-
-    def default_step_size(self, config, hessian, curvature, batch_ratio, **start):
-        return cyclical_step_size(curvature(hessian), batch_ratio, config.exploration, config.kernel, config.friction)
-
-    def num_iterations(self, config) -> int:
-        return config.num_cycles * config.length
-
-    def step_counts(self, config) -> dict:
-        return {"cycle_epochs": config.cycle_epochs}  # the cycles' length is proportional to it, the draws stay
-
-    def draw_index(self, config):
-        return cycle_draw_index(config.length, config.num_samples // config.num_cycles, config.thin,
-                                config.sampling_steps)
+    sampler = CyclicalSampler()

@@ -10,8 +10,10 @@
 * :mod:`.compilation` — when to ``torch.compile`` a transition (only where it pays).
 * :mod:`.chains` — HMC / NUTS chains from a start point: jittered starts, the windowed warm-up wired
   to the driver, the run's record, the warnings on divergences and saturated trees.
+* :mod:`.fit` — the HMC / NUTS fit that assembles them (:func:`~inference.mcmc.fit.fit_chains`).
 
-The backend :mod:`inference.backends.hmc` assembles these parts; docs/mcmc.md describes the algorithms and their measured behaviour.
+The backends :mod:`inference.backends.hmc` hold the options and run :func:`~inference.mcmc.fit.fit_chains`;
+docs/mcmc.md describes the algorithms and their measured behaviour.
 """
 from inference.mcmc.adaptation import Adaptation, adaptation_windows, dual_averaging, find_step_size, welford_covariance, window_adaptation
 from inference.mcmc.driver import ChainRun, run_chains, thinned

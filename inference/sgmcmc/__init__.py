@@ -9,8 +9,11 @@ Guestrin 2014) and cyclical SG-MCMC (Zhang et al. 2020), over a batch of ``C`` c
 * :mod:`.pyro_kernels` — the same samplers as Pyro ``MCMCKernel`` s for ``pyro.infer.MCMC`` (:mod:`.pyro_potential`: the
   model's log density they sample);
 * :mod:`.stability` — the chains' start jitter, the collapse check and the step back-off;
+* :mod:`.config` — the samplers' options;
+* :mod:`.fit` — what tells the samplers apart (:class:`~inference.sgmcmc.fit.Sampler`: kernel, default step
+  rule, kept steps) and the fit that assembles these parts, single and stacked (its MAP starts stacked).
 
-The backend :mod:`inference.backends.sgmcmc` assembles these parts.
+The backends :mod:`inference.backends.sgmcmc` name a sampler and its options and run :func:`~inference.sgmcmc.fit.fit_sgmcmc`.
 """
 from inference.sgmcmc.updates import Kernel, cosine_cycle, cyclical, polynomial_decay, psgld, sghmc, sgld
 

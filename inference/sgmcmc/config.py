@@ -1,6 +1,7 @@
-"""Options of the SG-MCMC backends (:mod:`inference.backends.sgmcmc`): the shared ones, SGLD's decay
-ε_t = ε₀ (1 + t/b)^−γ (Welling & Teh 2011), pSGLD's preconditioner (Li et al. 2016), SGHMC's friction
-(Chen et al. 2014) and the cycles of cyclical SG-MCMC (Zhang et al. 2020), each with its ``validate``."""
+"""Options of the SG-MCMC backends (:mod:`inference.backends.sgmcmc`; read by :mod:`inference.sgmcmc.fit`): the
+shared ones, SGLD's decay ε_t = ε₀ (1 + t/b)^−γ (Welling & Teh 2011), pSGLD's preconditioner (Li et al. 2016),
+SGHMC's friction (Chen et al. 2014) and the cycles of cyclical SG-MCMC (Zhang et al. 2020), each with its
+``validate``."""
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ class SGMCMCConfig:
         num_samples: draws kept per chain.
         thin: steps between kept draws.
         step_size: the kernel's (initial) step size ε₀ / η / α₀; ``None``: from the curvature at
-            the start point (the module docstring, docs/mcmc.md "SG-MCMC step sizes").
+            the start point (:mod:`inference.sgmcmc.fit`, docs/mcmc.md "SG-MCMC step sizes").
         batch_size: minibatch size (``None``: full batch); the likelihood is scaled by N/n.
             Unused when fitting from a DataLoader (its batches are used).
         init: ``"map"`` (the ``map`` backend's MAP fit first) or ``"current"`` (the network's weights).

@@ -17,7 +17,8 @@ import torch
 
 from tests.inference.conftest import flat_linear_draws, make_conjugate_regression
 from inference import NonFiniteLossError, fit
-from inference.backends.sgmcmc import CyclicalConfig, CyclicalSGMCMCBackend, SGLDBackend, SGLDConfig
+from inference.sgmcmc.config import CyclicalConfig, SGLDConfig
+from inference.sgmcmc.fit import CyclicalSampler, SGLDSampler
 from inference.sgmcmc.updates import sghmc, sgld
 from inference.sgmcmc.step_sizes import VARIANCE_INFLATION, sghmc_step_size, sgld_step_size, spectral_radius
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
@@ -183,20 +184,20 @@ def zero_gradient(z):
 
 def test_sgld_step_schedule_is_polynomial_decay():
     config = SGLDConfig(warmup_steps=4, num_samples=3, thin=2, step_size=0.1, step_decay=0.5, step_offset=10)
-    backend = SGLDBackend()
-    kernel = backend.kernel(zero_gradient, config, num_data=1)
+    sampler = SGLDSampler()
+    kernel = sampler.kernel(zero_gradient, config, num_data=1)
     a = 0.1 * 10**0.5  # ε_t = a (b + t)^−γ
     assert all(math.isclose(kernel.step_size(t), a * (10 + t) ** -0.5) for t in range(10))
-    assert backend.num_iterations(config) == 4 + 3 * 2
-    draw_index = backend.draw_index(config)
+    assert sampler.num_iterations(config) == 4 + 3 * 2
+    draw_index = sampler.draw_index(config)
     assert [draw_index(t) for t in range(10)] == [None] * 5 + [0, None, 1, None, 2]  # after 6, 8 and 10 steps
 
 
 def test_cyclical_schedule_follows_zhang_et_al():
     config = CyclicalConfig(num_samples=6, num_cycles=3, thin=2, exploration=0.5, step_size=0.4).resolved(1)
-    backend = CyclicalSGMCMCBackend()
-    kernel, length = backend.kernel(zero_gradient, config, num_data=1), config.length
-    total = backend.num_iterations(config)
+    sampler = CyclicalSampler()
+    kernel, length = sampler.kernel(zero_gradient, config, num_data=1), config.length
+    total = sampler.num_iterations(config)
     assert total == 3 * length and length - math.ceil(0.5 * length) >= 2 * 2
     generator = torch.Generator().manual_seed(0)
     state = kernel.init(torch.zeros(2, 3))
@@ -207,7 +208,7 @@ def test_cyclical_schedule_follows_zhang_et_al():
         moved = not torch.equal(new.z, state.z)  # zero gradient: only the noise moves z
         assert moved == (r / length >= 0.5) or kernel.step_size(k) == 0  # exploration = plain SGD
         state = new
-    draw_index = backend.draw_index(config)
+    draw_index = sampler.draw_index(config)
     kept = [(k, draw_index(k)) for k in range(total) if draw_index(k) is not None]
     assert [d for _, d in kept] == list(range(6))
     assert [k % length for k, _ in kept] == [length - 3, length - 1] * 3  # end of every cycle
