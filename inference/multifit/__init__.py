@@ -6,7 +6,8 @@ network runs once per step for all fits (``torch.func.vmap`` over the stacked we
 deep-ensemble backend runs its members), one Adam steps every stacked tensor, and each fit keeps
 its own data, minibatch order and random numbers (:mod:`inference.multifit.stacked`).  Fit k's
 result is what ``fit(bnns[k], xs[k], ys[k], backend=..., seed=seeds[k], **options)`` returns, up to
-float rounding (same seed, same protocol; tested in ``tests/inference/multifit/test_stacked.py``).
+float rounding (same seed, same protocol; tested per family in ``tests/inference/<family>/test_stacked*.py``, the
+machinery in ``tests/inference/multifit/test_stacked.py``).
 
 This folder holds the generic machinery only — stacking module state and data, the loop over K fits'
 parameters, their streams of minibatches (:mod:`inference.multifit.stacked`) and which models can be
