@@ -16,6 +16,7 @@ from inference.mcmc.budget import DEFAULT_TIME_BUDGET
 from inference.mcmc.compilation import COMPILE_MODES
 from inference.mcmc.fit import HMC, NUTS, fit_chains
 from inference.posterior import SamplePosterior
+from inference.optim.checks import check_choice, check_interval
 from inference.optim.start import INIT_STRATEGIES
 from inference.backends.base import Backend
 
@@ -94,8 +95,7 @@ class ChainConfig:
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)}")
-        if not 0 < self.target_accept < 1:
-            raise ValueError(f"target_accept must lie in (0, 1), got {self.target_accept}")
+        check_interval("target_accept", self.target_accept, "(0, 1)")
         for name in ("init_jitter",):
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value >= 0):
@@ -109,8 +109,7 @@ class ChainConfig:
                 raise ValueError(f"{name} must be true, false or 'auto', got {getattr(self, name)!r}")
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"compile must be true, false or 'auto', got {self.compile!r}")
-        if self.init not in INIT_STRATEGIES:
-            raise ValueError(f"unknown init {self.init!r}; valid: {', '.join(INIT_STRATEGIES)}")
+        check_choice("init", self.init, INIT_STRATEGIES)
 
 
 @dataclass
@@ -126,8 +125,7 @@ class HMCConfig(ChainConfig):
         super().validate()
         if int(self.num_steps) < 1:
             raise ValueError(f"num_steps must be at least 1, got {self.num_steps}")
-        if not 0 <= self.step_jitter < 1:
-            raise ValueError(f"step_jitter must lie in [0, 1), got {self.step_jitter}")
+        check_interval("step_jitter", self.step_jitter, "[0, 1)")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Optional, Union
 
 from inference.laplace.fit import fit_laplace
 from inference.laplace.laplace_posterior import CLOSED_FORM, PREDICTIVES
+from inference.optim.checks import check_choice, check_interval, check_positive
 from inference.optim.start import INIT_STRATEGIES
 from inference.backends.base import Backend
 
@@ -71,8 +72,7 @@ class LaplaceConfig:
     def validate(self):
         choices = {"hessian": HESSIANS, "predictive": ("auto",) + PREDICTIVES, "init": INIT_STRATEGIES}
         for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}")
+            check_choice(name, getattr(self, name), valid)
         if isinstance(self.prior_precision, str):
             if self.prior_precision not in PRIOR_PRECISIONS:
                 raise ValueError(f"unknown prior_precision {self.prior_precision!r}; valid: "
@@ -84,8 +84,7 @@ class LaplaceConfig:
         if grid is not None and not (isinstance(grid, (list, tuple)) and len(grid) > 0 and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in grid)):
             raise ValueError(f"prior_precision_grid must be a non-empty list of positive numbers, got {grid!r}")
-        if not (math.isfinite(self.validation_fraction) and 0 < self.validation_fraction < 1):
-            raise ValueError(f"validation_fraction must lie in (0, 1), got {self.validation_fraction}")
+        check_interval("validation_fraction", self.validation_fraction, "(0, 1)")
         folds = self.validation_folds
         if folds < 1:
             raise ValueError(f"validation_folds must be a whole number ≥ 1 (1: one held-out split, K ≥ 2: K-fold "
@@ -101,8 +100,7 @@ class LaplaceConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.map_steps is not None and int(self.map_steps) < 0:
             raise ValueError(f"map_steps must be non-negative, got {self.map_steps}")
-        if not (math.isfinite(self.map_lr) and self.map_lr > 0):
-            raise ValueError(f"map_lr must be positive, got {self.map_lr}")
+        check_positive("map_lr", self.map_lr)
 
     def _search_options_set(self) -> bool:
         """Whether an option of the validation search differs from its default."""

@@ -9,11 +9,11 @@ it step by step).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
 from inference.ensembles.initialisation import check_member_options
+from inference.optim.checks import check_choice, check_interval, check_positive
 from inference.swag.fit import fit_swag
 from inference.backends.base import Backend
 
@@ -67,15 +67,10 @@ class SWAGConfig:
             raise ValueError(f"max_rank K must be at least 2 (the low-rank covariance D Dᵀ/(K−1) needs two deviation "
                              f"columns), got {self.max_rank}; or use diag=True (SWAG-Diagonal)")
         for name in ("lr", "lr_min", "burnin_lr"):
-            value = float(getattr(self, name))
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be positive, got {value}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
-        if self.batchnorm not in BATCHNORM_REFRESH:
-            raise ValueError(f"unknown batchnorm {self.batchnorm!r}; valid: {', '.join(BATCHNORM_REFRESH)}")
+            check_positive(name, float(getattr(self, name)))
+        check_interval("momentum", self.momentum, "[0, 1)")
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_choice("batchnorm", self.batchnorm, BATCHNORM_REFRESH)
         for name in ("batch_size", "collect_every"):
             if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1 (or None), got {getattr(self, name)}")

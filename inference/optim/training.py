@@ -31,6 +31,7 @@ import torch
 from zoo.progress import tqdm
 
 from inference.optim.batches import as_batches
+from inference.optim.checks import check_choice, check_positive
 from inference.optim.latent_fit import fit_latents, network_outputs
 from inference.optim.lean_adam import LeanAdam, gradient_norm
 
@@ -98,15 +99,11 @@ class OptimiserOptions:
         if int(self.epochs) < 1:
             raise ValueError(f"epochs must be at least 1, got {self.epochs}")
         for name in ("lr", "clip_norm", "lr_final_factor"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be positive, got {value}")
+            check_positive(name, getattr(self, name))
         if self.batch_size is not None and int(self.batch_size) < 1:
             raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
 
 
 @dataclass

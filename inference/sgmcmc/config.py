@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from inference.mcmc.budget import DEFAULT_TIME_BUDGET
+from inference.optim.checks import check_choice, check_interval, check_positive
 from inference.optim.start import INIT_STRATEGIES
 from inference.sgmcmc.stability import MAX_BACKOFFS
 
@@ -75,8 +76,7 @@ class SGMCMCConfig:
             raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
         if not (math.isfinite(self.init_jitter) and self.init_jitter >= 0):
             raise ValueError(f"init_jitter must be non-negative, got {self.init_jitter}")
-        if self.init not in INIT_STRATEGIES:
-            raise ValueError(f"unknown init {self.init!r}; valid: {', '.join(INIT_STRATEGIES)}")
+        check_choice("init", self.init, INIT_STRATEGIES)
         if self.time_budget is not None and not (math.isfinite(float(self.time_budget)) and self.time_budget > 0):
             raise ValueError(f"time_budget must be a positive number of seconds or None (no budget), got {self.time_budget}")
 
@@ -91,10 +91,8 @@ class SGLDConfig(SGMCMCConfig):
 
     def validate(self):
         super().validate()
-        if not (0 <= self.step_decay <= 1):
-            raise ValueError(f"step_decay (γ) must lie in [0, 1], got {self.step_decay}")
-        if not self.step_offset > 0:
-            raise ValueError(f"step_offset (b) must be positive, got {self.step_offset}")
+        check_interval("step_decay (γ)", self.step_decay, "[0, 1]")
+        check_positive("step_offset (b)", self.step_offset)
 
 
 @dataclass
@@ -106,10 +104,8 @@ class PSGLDConfig(SGLDConfig):
 
     def validate(self):
         super().validate()
-        if not 0 < self.rms_decay < 1:
-            raise ValueError(f"rms_decay must lie in (0, 1), got {self.rms_decay}")
-        if not self.rms_damping > 0:
-            raise ValueError(f"rms_damping must be positive, got {self.rms_damping}")
+        check_interval("rms_decay", self.rms_decay, "(0, 1)")
+        check_positive("rms_damping", self.rms_damping)
 
 
 @dataclass
@@ -121,8 +117,7 @@ class SGHMCConfig(SGLDConfig):
 
     def validate(self):
         super().validate()
-        if not 0 < self.friction <= 1:
-            raise ValueError(f"friction must lie in (0, 1], got {self.friction}")
+        check_interval("friction", self.friction, "(0, 1]")
 
 
 @dataclass
@@ -159,12 +154,9 @@ class CyclicalConfig(SGMCMCConfig):
                 f"num_samples ({self.num_samples}) must be a multiple of num_cycles ({self.num_cycles}): "
                 f"each cycle contributes num_samples / num_cycles draws"
             )
-        if not 0 <= self.exploration < 1:
-            raise ValueError(f"exploration (β) must lie in [0, 1), got {self.exploration}")
-        if self.kernel not in ("sgld", "sghmc"):
-            raise ValueError(f"unknown cyclical kernel {self.kernel!r}; valid: sgld, sghmc")
-        if not 0 < self.friction <= 1:
-            raise ValueError(f"friction must lie in (0, 1], got {self.friction}")
+        check_interval("exploration (β)", self.exploration, "[0, 1)")
+        check_choice("cyclical kernel", self.kernel, ("sgld", "sghmc"))
+        check_interval("friction", self.friction, "(0, 1]")
         needed = self.num_samples // self.num_cycles * (self.thin or 1)
         if self.cycle_length is not None and int(self.cycle_length) - math.ceil(self.exploration * self.cycle_length) < needed:
             raise ValueError(
