@@ -111,7 +111,7 @@ def run_batch(batch: RunBatch, root, run_alone, threads: Optional[int] = 1) -> d
                 raise fitted
             result = execute(run.spec, progress=False, data=data, fitted=fitted)
             for name in run.extras:
-                result.metrics.update(EXTRAS[name](result.prediction, data))
+                result.metrics.update(EXTRAS[name].compute(result.prediction, data))
             result.metrics["run_seconds"] = time.perf_counter() - started + fitted.info["fit_seconds"]
             result.metrics["run_cpu_seconds"] = time.process_time() - cpu + fit_cpu
             result.metrics["batched_fits"] = len(runs)

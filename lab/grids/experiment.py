@@ -5,7 +5,9 @@ that identify its configuration in the result tables, and optionally a dataset b
 in :data:`DATASETS`, for data that :func:`zoo.data.load_dataset` cannot express) and a
 prerequisite run whose output the builder reads (e.g. last-layer inference on the *frozen* body
 of a deterministically trained network).  :data:`EXTRAS` are metrics computed from the run's own
-test-set prediction.
+test-set prediction.  Both are registries in the one registration style (``docs/architecture.md``): a
+:class:`DatasetBuilder` or :class:`ExtraMetric` carries its own name and is added by one
+:func:`register_dataset` / :func:`register_extra` call.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ from lab.runs.features import frozen_features
 from lab.references.problems import problem_data
 from lab.references.build import load_reference
 
-__all__ = ["GridRun", "Experiment", "run_key", "DATASETS", "EXTRAS", "CONFIDENCE_THRESHOLDS", "load_run_data",
-           "available_backends", "frozen_features"]
+__all__ = ["GridRun", "Experiment", "run_key", "DatasetBuilder", "DATASETS", "register_dataset", "ExtraMetric", "EXTRAS",
+           "register_extra", "CONFIDENCE_THRESHOLDS", "load_run_data", "available_backends", "frozen_features"]
 
 
 def run_key(*parts) -> str:
@@ -98,7 +100,7 @@ def load_run_data(run: GridRun, root, prerequisite: Optional[GridRun] = None) ->
     """
     if run.dataset is None:
         return None
-    return DATASETS[run.dataset](run, Path(root), prerequisite)
+    return DATASETS[run.dataset].build(run, Path(root), prerequisite)
 
 
 def _frozen(run: GridRun, root: Path, prerequisite: GridRun, whiten: bool = True) -> Dataset:
@@ -129,14 +131,31 @@ def _reference(run: GridRun, root, prerequisite) -> Dataset:
     return problem_data(reference.problem, reference.body())
 
 
-DATASETS: dict[str, Callable] = {
-    "euler-increments": _euler_increments,
-    "reference": _reference,
-    "frozen-features": _frozen,
-    "frozen-states": _frozen_states,
-    "uci-random": _uci_random,
-}
-"""Dataset builders ``(run, runs_root, prerequisite_run) -> Dataset``."""
+def _register(registry: dict, entry, what: str, replace: bool):
+    """Add ``entry`` (it carries its own ``name``) to ``registry``; ``ValueError`` if the name is taken (unless
+    ``replace``).  Returns ``entry``."""
+    if entry.name in registry and not replace:
+        raise ValueError(f"{what} {entry.name!r} is already registered")
+    registry[entry.name] = entry
+    return entry
+
+
+@dataclass(frozen=True)
+class DatasetBuilder:
+    """A named builder of a grid run's data: ``build(run, runs_root, prerequisite_run) -> Dataset``."""
+
+    name: str
+    build: Callable
+
+
+DATASETS: dict[str, DatasetBuilder] = {}
+"""Registered dataset builders by name (:func:`register_dataset`), named by :attr:`GridRun.dataset`."""
+
+
+def register_dataset(entry: DatasetBuilder, replace: bool = False) -> DatasetBuilder:
+    """Add ``entry`` to :data:`DATASETS`; ``ValueError`` if its name is taken (unless ``replace``).  Returns it."""
+    return _register(DATASETS, entry, "dataset builder", replace)
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +198,30 @@ def _standardised_rmse(prediction, data: Dataset) -> dict:
     return {"rmse_std": float(per_output.mean())}
 
 
-EXTRAS: dict[str, Callable] = {"euler": _euler_metrics, "confidence": _confidence_curve,
-                               "rmse_std": _standardised_rmse}
-"""Extra metrics ``(prediction, data) -> {name: float}`` from the test-set
-:class:`~inference.posterior.Prediction` that :func:`lab.runs.execution.execute` evaluated."""
+@dataclass(frozen=True)
+class ExtraMetric:
+    """Named extra metrics ``compute(prediction, data) -> {name: float}`` from the test-set
+    :class:`~inference.prediction.Prediction` that :func:`lab.runs.execution.execute` evaluated."""
+
+    name: str
+    compute: Callable
+
+
+EXTRAS: dict[str, ExtraMetric] = {}
+"""Registered extra metrics by name (:func:`register_extra`), named by :attr:`GridRun.extras`."""
+
+
+def register_extra(entry: ExtraMetric, replace: bool = False) -> ExtraMetric:
+    """Add ``entry`` to :data:`EXTRAS`; ``ValueError`` if its name is taken (unless ``replace``).  Returns it."""
+    return _register(EXTRAS, entry, "extra metric", replace)
+
+
+# the built-in dataset builders and extra metrics
+register_dataset(DatasetBuilder("euler-increments", _euler_increments))
+register_dataset(DatasetBuilder("reference", _reference))
+register_dataset(DatasetBuilder("frozen-features", _frozen))
+register_dataset(DatasetBuilder("frozen-states", _frozen_states))
+register_dataset(DatasetBuilder("uci-random", _uci_random))
+register_extra(ExtraMetric("euler", _euler_metrics))
+register_extra(ExtraMetric("confidence", _confidence_curve))
+register_extra(ExtraMetric("rmse_std", _standardised_rmse))

@@ -66,7 +66,7 @@ def run_one(run: GridRun, root, prerequisite: Optional[GridRun] = None, threads:
         data = load_dataset(spec.data, split=spec.split, seed=spec.seed, **spec.data_options)
     result = execute(spec, progress=False, data=data)
     for name in run.extras:
-        result.metrics.update(EXTRAS[name](result.prediction, data))
+        result.metrics.update(EXTRAS[name].compute(result.prediction, data))
     if prerequisite is not None:  # e.g. the deterministic body a frozen-body head was fitted on
         prerequisite_metrics = json.loads(metrics_path(root, prerequisite.key).read_text())
         result.metrics["pretrain_seconds"] = prerequisite_metrics["fit_seconds"]

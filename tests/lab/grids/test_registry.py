@@ -2,7 +2,8 @@
 import pandas as pd
 import pytest
 
-from lab.grids.experiment import Experiment, GridRun, run_key
+from lab.grids.experiment import (DATASETS, EXTRAS, DatasetBuilder, Experiment, ExtraMetric, GridRun, register_dataset,
+                                  register_extra, run_key)
 from lab.grids.registry import EXPERIMENTS, get_experiment, register_experiment
 from lab.grids.runner import run_experiment
 from lab.runs.spec import RunSpec, validate_spec
@@ -57,3 +58,21 @@ def test_unknown_experiment_lists_the_visible_ones(toy_experiment):
     with pytest.raises(ValueError, match="unknown experiment 'nope'; valid experiments: euler-stochasticity") as err:
         get_experiment("nope")
     assert "uci-benchmark" in str(err.value) and "toy-recipe" not in str(err.value) and "smoke" not in str(err.value)
+
+
+def test_dataset_builders_and_extra_metrics_register_as_grids_do():
+    """DATASETS and EXTRAS are filled by one register_* call per entry, each entry carrying its own name; a taken
+    name is refused unless replaced."""
+    assert set(DATASETS) == {"euler-increments", "reference", "frozen-features", "frozen-states", "uci-random"}
+    assert set(EXTRAS) == {"euler", "confidence", "rmse_std"}
+    assert all(name == entry.name for registry in (DATASETS, EXTRAS) for name, entry in registry.items())
+    with pytest.raises(ValueError, match="dataset builder 'reference' is already registered"):
+        register_dataset(DatasetBuilder("reference", lambda run, root, prerequisite: None))
+    with pytest.raises(ValueError, match="extra metric 'euler' is already registered"):
+        register_extra(ExtraMetric("euler", lambda prediction, data: {}))
+    built_in = EXTRAS["euler"]
+    toy = register_extra(ExtraMetric("euler", lambda prediction, data: {"toy": 1.0}), replace=True)
+    try:
+        assert EXTRAS["euler"] is toy and toy.compute(None, None) == {"toy": 1.0}
+    finally:
+        register_extra(built_in, replace=True)
