@@ -30,7 +30,7 @@ from inference.optim.training import LoopOptions, NonFiniteLossError
 #: the largest integer option accepted (epochs, samples, steps, ...): more could not finish
 MAX_COUNT = 10**9
 
-__all__ = ["Backend", "BUDGETS", "TASKS", "NonFiniteLossError", "declare", "parse_config", "check_fit_size", "check_training_data",
+__all__ = ["Backend", "BUDGETS", "TASKS", "NonFiniteLossError", "parse_config", "check_fit_size", "check_training_data",
            "check_loader", "minibatches"]
 
 
@@ -90,14 +90,6 @@ class Backend:
 
     def run(self, bnn, x, y, config, seed: int, progress: bool):  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def declare(class_name: str, base: type, **attributes) -> type:
-    """A backend class that differs from ``base`` only by its class attributes (its ``name``, ``Config`` and
-    declarations), in one line: ``GravesBackend = declare("GravesBackend", _MeanFieldBackend, name="graves",
-    Config=GravesConfig)`` is the class statement with those three lines.  It belongs to ``base``'s module,
-    which must bind it to ``class_name`` (so that it pickles)."""
-    return type(class_name, (base,), {"__module__": base.__module__, "__qualname__": class_name, **attributes})
 
 
 def parse_config(backend: Backend, options: dict):

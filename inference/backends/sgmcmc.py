@@ -19,7 +19,7 @@ from inference.sgmcmc.fit import (
     CyclicalSampler, PSGLDSampler, Sampler, SGHMCSampler, SGLDSampler, fit_sgmcmc, fit_sgmcmc_stacked,
 )  # fmt: skip
 from inference.posterior import SamplePosterior
-from inference.backends.base import Backend, declare
+from inference.backends.base import Backend
 
 __all__ = [
     "SGMCMCConfig",
@@ -61,9 +61,27 @@ class SGMCMCBackend(Backend):
         return fit_sgmcmc_stacked(bnns, xs, ys, config, seeds, progress, self.name, self.sampler)
 
 
-# the SG-MCMC backends differ by their names, options and samplers only (cyclical SG-MCMC: Zhang et al. 2020, Alg. 1)
-SGLDBackend = declare("SGLDBackend", SGMCMCBackend, name="sgld", Config=SGLDConfig, sampler=SGLDSampler())
-PSGLDBackend = declare("PSGLDBackend", SGMCMCBackend, name="psgld", Config=PSGLDConfig, sampler=PSGLDSampler())
-SGHMCBackend = declare("SGHMCBackend", SGMCMCBackend, name="sghmc", Config=SGHMCConfig, sampler=SGHMCSampler())
-CyclicalSGMCMCBackend = declare("CyclicalSGMCMCBackend", SGMCMCBackend, name="csgmcmc", Config=CyclicalConfig,
-                                sampler=CyclicalSampler())
+class SGLDBackend(SGMCMCBackend):
+    name = "sgld"
+    Config = SGLDConfig
+    sampler = SGLDSampler()
+
+
+class PSGLDBackend(SGMCMCBackend):
+    name = "psgld"
+    Config = PSGLDConfig
+    sampler = PSGLDSampler()
+
+
+class SGHMCBackend(SGMCMCBackend):
+    name = "sghmc"
+    Config = SGHMCConfig
+    sampler = SGHMCSampler()
+
+
+class CyclicalSGMCMCBackend(SGMCMCBackend):
+    """Cyclical SG-MCMC (Zhang et al. 2020, Alg. 1); see :func:`inference.sgmcmc.updates.cyclical`."""
+
+    name = "csgmcmc"
+    Config = CyclicalConfig
+    sampler = CyclicalSampler()

@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from inference.backends.base import Backend, declare
+from inference.backends.base import Backend
 from inference.optim.batches import as_batches
 from inference.optim.training import LoopOptions
 from inference.variational.posterior import VariationalPosterior
@@ -259,11 +259,24 @@ class _MeanFieldBackend(_VariationalBackend):
         return lambda guide, xb, yb, num_data: guide.elbo_terms(bnn, xb, yb, num_data, config.estimator)
 
 
-# the mean-field backends differ by their names and options only
-GravesBackend = declare("GravesBackend", _MeanFieldBackend, name="graves", Config=GravesConfig)
-SVILRTBackend = declare("SVILRTBackend", _MeanFieldBackend, name="svi-lrt", Config=SVILRTConfig)
-SparseVDBackend = declare("SparseVDBackend", _MeanFieldBackend, name="sparse-vd", Config=SparseVDConfig)
-KingmaVDBackend = declare("KingmaVDBackend", _MeanFieldBackend, name="kingma-vd", Config=KingmaVDConfig)
+class GravesBackend(_MeanFieldBackend):
+    name = "graves"
+    Config = GravesConfig
+
+
+class SVILRTBackend(_MeanFieldBackend):
+    name = "svi-lrt"
+    Config = SVILRTConfig
+
+
+class SparseVDBackend(_MeanFieldBackend):
+    name = "sparse-vd"
+    Config = SparseVDConfig
+
+
+class KingmaVDBackend(_MeanFieldBackend):
+    name = "kingma-vd"
+    Config = KingmaVDConfig
 
 
 class RadialBackend(_VariationalBackend):
