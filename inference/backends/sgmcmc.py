@@ -56,7 +56,7 @@ from inference.optim.batches import LoaderBatches
 from inference.optim.output_head import head_module
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.optim.map import MAPOptions, run_info
-from inference.optim.start import MAP_BATCH_SIZE, initial_point, map_epochs
+from inference.optim.start import MAP_BATCH_SIZE, initial_point, map_epochs, start_stack_blocker
 from inference.optim.training import NonFiniteLossError
 from inference.optim.stacked_map import fit_map_starts
 from inference.backends.base import Backend
@@ -121,7 +121,7 @@ class SGMCMCBackend(Backend):
         if config.init != "map" or config.map_steps <= 0:
             return f"{self.name} starts from the network's weights (init={config.init!r}, " \
                    f"map_steps={config.map_steps}): no MAP start to stack"
-        return None
+        return start_stack_blocker(bnn, config.init, config.map_steps)
 
     def fit_stacked(self, bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
         """K fits (:func:`inference.fit_many`): their MAP starts as one stacked program
