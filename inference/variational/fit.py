@@ -22,7 +22,7 @@ from inference.optim.batches import as_batches
 from inference.optim.early_stopping import choose_epochs
 from inference.optim.map import run_info
 from inference.optim.potential import frozen_deterministic
-from inference.optim.start import BODY_VALIDATION_FRACTION, trains_body
+from inference.optim.start import START_EARLY_STOPPING, trains_body
 from inference.optim.training import HISTORY_KEYS, LoopOptions, pretrain, run_training_loop
 from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo import elbo_terms
@@ -76,7 +76,7 @@ def fit_guide(
         fused_adam: use PyTorch's single-kernel Adam.
         held_out_body: for a model with a trained deterministic body (:func:`inference.optim.start.trains_body`)
             fitted on tensors with pretraining, choose the pretraining epochs on held-out rows
-            (:func:`~inference.optim.early_stopping.choose_epochs`: ``BODY_VALIDATION_FRACTION`` held out, the epoch
+            (:func:`~inference.optim.early_stopping.choose_epochs`: a fifth of the rows held out, the epoch
             of the best held-out log-likelihood, at most ``config.pretrain_epochs``; ``info["early_stopping"]``),
             pretrain on every row for that many, and keep the body at those values while the guide trains
             (``info["body"]``), as the samplers keep their MAP start's body: a long variational budget on a few
@@ -99,7 +99,7 @@ def fit_guide(
             epochs, body["early_stopping"] = choose_epochs(
                 lambda x_kept, y_kept, stop: pretrain(bnn, x_kept, y_kept, epochs, lr, config.batch_size,
                                                       torch.Generator().manual_seed(seed), False, stop=stop),
-                bnn, x, y, epochs, BODY_VALIDATION_FRACTION, None, seed, "best")
+                bnn, x, y, epochs, START_EARLY_STOPPING.validation_fraction, START_EARLY_STOPPING.patience, seed, "best")
             body["body"] = f"pretrained for {epochs} epochs (chosen on held-out rows), then fixed"
         init_values = pretrain(bnn, data, None, epochs, lr, None, generator, progress)
         bnn.update_reference({s.name: init_values[s.name] for s in bnn.sites})
