@@ -143,7 +143,7 @@ class DropoutVDConfig(MeanFieldConfig):
             them (deterministic pretraining: the guide's means start at the pretrained weights, as
             Molchanov, Ashukha & Vetrov 2017 start from a pretrained network; a model with a trained
             deterministic body, a last-layer model, pretrains for the epochs of the best held-out
-            log-likelihood, at most that quarter, and keeps the body fixed while the guide trains:
+            log-likelihood, at most ``epochs``, and keeps the body fixed while the guide trains:
             :func:`inference.variational.fit.fit_guide`'s ``held_out_body``); or ``"paper"`` — the fixed
             budget these backends had before issue 38, whatever the data size: 200 epochs from the
             network's own initialisation (``pretrain_epochs`` ``None`` is 0).  Given values are kept.

@@ -77,7 +77,8 @@ def fit_guide(
         held_out_body: for a model with a trained deterministic body (:func:`inference.optim.start.trains_body`)
             fitted on tensors with pretraining, choose the pretraining epochs on held-out rows
             (:func:`~inference.optim.early_stopping.choose_epochs`: a fifth of the rows held out, the epoch
-            of the best held-out log-likelihood, at most ``config.pretrain_epochs``; ``info["early_stopping"]``),
+            of the best held-out log-likelihood, at most ``config.epochs``, the whole fit's, since the body trains
+            only there; ``info["early_stopping"]``),
             pretrain on every row for that many, and keep the body at those values while the guide trains
             (``info["body"]``), as the samplers keep their MAP start's body: a long variational budget on a few
             hundred rows otherwise fits the body to the training residuals, and the noise with it.
@@ -96,6 +97,7 @@ def fit_guide(
     if config.pretrain_epochs:
         lr, epochs = config.pretrain_lr or config.lr, config.pretrain_epochs
         if held_out_body and trains_body(bnn) and isinstance(x, torch.Tensor):
+            epochs = max(epochs, config.epochs)  # the body trains only here: up to the whole fit's epochs
             epochs, body["early_stopping"] = choose_epochs(
                 lambda x_kept, y_kept, stop: pretrain(bnn, x_kept, y_kept, epochs, lr, config.batch_size,
                                                       torch.Generator().manual_seed(seed), False, stop=stop),

@@ -111,6 +111,7 @@ def test_a_trained_body_is_pretrained_for_held_out_epochs_then_fixed(backend):
     assert torch.equal(bodies[0], bodies[1])
     chosen = infos[0]["early_stopping"]
     assert chosen["max_epochs"] == 300 and chosen["epochs"] < 100 and "fixed" in infos[0]["body"]
+    assert infos[1]["early_stopping"]["max_epochs"] == 300  # at most the larger of the two budgets
     bnn, x, y = _last_layer_problem()
     start = bnn.net[0].weight.detach().clone()
     paper = fit(bnn, x, y, backend=backend, seed=0, progress=False, epochs=2, protocol="paper")
