@@ -5,7 +5,7 @@ learned), deterministic parameters jointly as point estimates unless the model f
 objective and the loop are those of :func:`inference.optim.map.fit_map`.
 
 With a likelihood that has a variance head (the heteroscedastic Gaussian), or a model with a trained
-deterministic body (a last-layer model), the number of epochs is chosen on held-out rows and the fit is refitted
+deterministic body (a last-layer model) and a learned noise, the number of epochs is chosen on held-out rows and the fit is refitted
 on every row for that many (``early_stopping``, default on for such a model: :mod:`inference.optim.early_stopping`;
 ``info["early_stopping"]`` holds the choice); the configured ``epochs`` are the most it may take.  The fit ends
 with the likelihood's latents (the noise) at their MAP for the fitted weights (:func:`inference.optim.map.fit_map`).

@@ -142,7 +142,7 @@ class DropoutVDConfig(MeanFieldConfig):
             (``max(200, ⌈min_steps / steps per epoch⌉)``), and ``pretrain_epochs`` ``None`` a quarter of
             them (deterministic pretraining: the guide's means start at the pretrained weights, as
             Molchanov, Ashukha & Vetrov 2017 start from a pretrained network; a model with a trained
-            deterministic body, a last-layer model, pretrains for the epochs of the best held-out
+            deterministic body, a last-layer model, and a learned noise pretrains for the epochs of the best held-out
             log-likelihood, at most ``epochs``, and keeps the body fixed while the guide trains:
             :func:`inference.variational.fit.fit_guide`'s ``held_out_body``); or ``"paper"`` — the fixed
             budget these backends had before issue 38, whatever the data size: 200 epochs from the

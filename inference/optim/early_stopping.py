@@ -42,7 +42,7 @@ import torch
 SELECTIONS = ("best", "one-se")
 
 __all__ = ["SELECTIONS", "EarlyStoppingOptions", "held_out_split", "default_patience", "ValidationMonitor", "uses_early_stopping",
-           "trains_body", "selection_for", "choose_epochs"]
+           "trains_body", "noise_follows_body", "selection_for", "choose_epochs"]
 
 
 def trains_body(bnn) -> bool:
@@ -52,14 +52,22 @@ def trains_body(bnn) -> bool:
     return bool(bnn.sites) and bool(bnn.deterministic_parameters())
 
 
+def noise_follows_body(bnn) -> bool:
+    """Whether a trained deterministic body (:func:`trains_body`) sets a learned noise: the likelihood has latents
+    (a noise precision, a Student-t scale) fitted to the residuals of a body fitted to the same rows, so a body
+    trained too long makes every posterior over the head too sure.  (A fixed noise or a categorical likelihood
+    has no such loop: on two moons the held-out choice cost last-layer Laplace 3 points of accuracy.)"""
+    return trains_body(bnn) and bool(bnn.latent_priors())
+
+
 @dataclass
 class EarlyStoppingOptions:
     """The held-out choice of the training length (see the module docstring).
 
     Attributes:
         early_stopping: choose the epochs on held-out rows, then refit (``None``: for a likelihood with a
-            variance head, the heteroscedastic Gaussian, and for a model with a trained deterministic body,
-            :func:`trains_body`; ``True`` / ``False`` force it).
+            variance head, the heteroscedastic Gaussian, and for a model with a trained deterministic body and a
+            learned noise, :func:`noise_follows_body`; ``True`` / ``False`` force it).
         validation_fraction: the share of the training rows held out (0.2).
         patience: epochs without a better held-out log-likelihood before the held-out run stops (``None``:
             :func:`default_patience`).
@@ -89,8 +97,8 @@ class EarlyStoppingOptions:
 
 def uses_early_stopping(bnn, config, x=None) -> bool:
     """Whether a fit with ``config`` on ``x`` chooses its epochs on held-out rows: ``config.early_stopping``, or by
-    default when the likelihood has a variance head (``heads > 1``) or the model trains a deterministic body
-    (:func:`trains_body`), and ``x`` is a tensor (rows to hold out; a DataLoader's batches are not).  A config without the option (e.g. SWAG's burn-in) never does.  ``ValueError``
+    default when the likelihood has a variance head (``heads > 1``) or the model trains a deterministic body that
+    sets a learned noise (:func:`noise_follows_body`), and ``x`` is a tensor (rows to hold out; a DataLoader's batches are not).  A config without the option (e.g. SWAG's burn-in) never does.  ``ValueError``
     for ``early_stopping=True`` with a DataLoader."""
     setting = getattr(config, "early_stopping", False)
     rows = x is None or isinstance(x, torch.Tensor)
@@ -99,7 +107,7 @@ def uses_early_stopping(bnn, config, x=None) -> bool:
                          "DataLoader; pass the data as tensors fit(bnn, x, y, ...) or use early_stopping=False")
     if setting is not None:
         return bool(setting)
-    return rows and (getattr(bnn.likelihood, "heads", 1) > 1 or trains_body(bnn))
+    return rows and (getattr(bnn.likelihood, "heads", 1) > 1 or noise_follows_body(bnn))
 
 
 def selection_for(bnn, config) -> str:

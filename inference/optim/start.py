@@ -45,7 +45,7 @@ def start_stack_blocker(bnn, init: str, map_steps: int) -> Optional[str]:
     or ``None``: a start that chooses its epochs on its own held-out rows (:func:`initial_point`: a model with a
     trained deterministic body or a variance head)."""
     if init == "map" and map_steps > 0 and uses_early_stopping(bnn, START_EARLY_STOPPING):
-        return ("the MAP start chooses its epochs on its own held-out rows (a trained deterministic body or a "
+        return ("the MAP start chooses its epochs on its own held-out rows (a trained body setting a learned noise, or a "
                 "variance head), then refits for that many")
     return None
 
@@ -107,8 +107,9 @@ def initial_point(
     residuals then under-covers (energy, NUTS on the last layer: coverage_90 0.70 from a converged
     full-batch start, 0.88 from this one; docs/mcmc.md).  Deterministic parameters the model trains are
     optimised jointly and then kept at their fitted values (written into the network) — the samplers and
-    Laplace never move them, so when the model trains such a body (:func:`trains_body`) — or the likelihood has a
-    variance head: the ``map`` backend's rule, :func:`~inference.optim.early_stopping.uses_early_stopping` — and
+    Laplace never move them, so when the model trains such a body and the likelihood learns its noise from the
+    body's residuals (:func:`~inference.optim.early_stopping.noise_follows_body`) — or the likelihood has a variance
+    head: the ``map`` backend's rule, :func:`~inference.optim.early_stopping.uses_early_stopping` — and
     the data are tensors, the budget is only the most it may take: the epochs are chosen on held-out rows
     (:func:`~inference.optim.early_stopping.choose_epochs` with the ``map`` backend's defaults,
     :data:`START_EARLY_STOPPING`: a fifth of the rows held out, for a body the epoch of the best held-out

@@ -19,10 +19,10 @@ import pyro
 import torch
 
 from inference.optim.batches import as_batches
-from inference.optim.early_stopping import choose_epochs
+from inference.optim.early_stopping import choose_epochs, noise_follows_body
 from inference.optim.map import run_info
 from inference.optim.potential import frozen_deterministic
-from inference.optim.start import START_EARLY_STOPPING, trains_body
+from inference.optim.start import START_EARLY_STOPPING
 from inference.optim.training import HISTORY_KEYS, LoopOptions, pretrain, run_training_loop
 from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo import elbo_terms
@@ -74,8 +74,8 @@ def fit_guide(
             ``info["sparsity"]`` and, when ``every_epoch``, per epoch in the history
             (``sparsity``, ``layer_sparsity``) and the progress bar.
         fused_adam: use PyTorch's single-kernel Adam.
-        held_out_body: for a model with a trained deterministic body (:func:`inference.optim.start.trains_body`)
-            fitted on tensors with pretraining, choose the pretraining epochs on held-out rows
+        held_out_body: for a model with a trained deterministic body and a learned noise
+            (:func:`inference.optim.early_stopping.noise_follows_body`) fitted on tensors with pretraining, choose the pretraining epochs on held-out rows
             (:func:`~inference.optim.early_stopping.choose_epochs`: a fifth of the rows held out, the epoch
             of the best held-out log-likelihood, at most ``config.epochs``, the whole fit's, since the body trains
             only there; ``info["early_stopping"]``),
@@ -96,7 +96,7 @@ def fit_guide(
     body = {}  # a held-out choice of the body's pretraining epochs, when made
     if config.pretrain_epochs:
         lr, epochs = config.pretrain_lr or config.lr, config.pretrain_epochs
-        if held_out_body and trains_body(bnn) and isinstance(x, torch.Tensor):
+        if held_out_body and noise_follows_body(bnn) and isinstance(x, torch.Tensor):
             epochs = max(epochs, config.epochs)  # the body trains only here: up to the whole fit's epochs
             epochs, body["early_stopping"] = choose_epochs(
                 lambda x_kept, y_kept, stop: pretrain(bnn, x_kept, y_kept, epochs, lr, config.batch_size,

@@ -136,7 +136,7 @@ def test_map_start_sets_the_noise_precision_to_its_map_for_the_fitted_weights(co
 
 def test_map_start_with_trained_deterministic_layers_fits_the_body():
     """Last-layer model (the body trained jointly): the MAP start writes the fitted body into the network,
-    takes at most its budget of minibatch steps (the epochs chosen on held-out rows) and raises the log density."""
+    takes its budget of minibatch steps (a fixed noise: no held-out choice) and raises the log density."""
     data = make_conjugate_regression()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(data.x.shape[1], 8), nn.Tanh(), nn.Linear(8, 1))
@@ -145,9 +145,7 @@ def test_map_start_with_trained_deterministic_layers_fits_the_body():
     pot = Potential(bnn, data.x, data.y)
     start = initial_point(pot, "current", 0, 0.01)[1]["init_log_density"]
     z, record = initial_point(pot, "map", map_steps=800, map_lr=0.05)
-    steps_per_epoch = -(-len(data.x) // 64)
-    assert record["map_steps"] == record["early_stopping"]["epochs"] * steps_per_epoch
-    assert record["early_stopping"]["max_epochs"] * steps_per_epoch < 800 + steps_per_epoch
+    assert 800 <= record["map_steps"] < 800 + len(data.x) / 64 + 1
     assert not torch.equal(net[0].weight, body) and not net.training  # the body was fitted; eval mode for π
     assert record["init_log_density"] > start
 

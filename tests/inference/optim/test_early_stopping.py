@@ -151,8 +151,9 @@ def test_a_fit_that_chose_its_epochs_saves_and_reloads_exactly(tmp_path):
 
 
 def test_a_trained_body_chooses_its_epochs_by_default_with_the_best_held_out_epoch():
-    """A last-layer model's body is fitted to the training rows and kept by every posterior over its head: by
-    default its epochs are chosen on held-out rows (selection "best"; a variance head keeps "one-se")."""
+    """A last-layer model's body is fitted to the training rows and kept by every posterior over its head, and a
+    learned noise follows its residuals: by default its epochs are chosen on held-out rows (selection "best"; a
+    variance head keeps "one-se"); with a fixed noise the budget stands."""
     from inference.optim.early_stopping import EarlyStoppingOptions, selection_for, trains_body
 
     x, y = _data(60, 0)
@@ -169,6 +170,8 @@ def test_a_trained_body_chooses_its_epochs_by_default_with_the_best_held_out_epo
     assert not trains_body(everything) and not uses_early_stopping(everything, options, x)
     assert selection_for(model("all", HeteroscedasticGaussianLikelihood()), options) == "one-se"
     assert selection_for(last, EarlyStoppingOptions(selection="one-se")) == "one-se"
+    fixed_noise = model("last", GaussianLikelihood(noise_sd=0.5))  # no noise to follow the body: the budget stands
+    assert trains_body(fixed_noise) and not uses_early_stopping(fixed_noise, options, x)
     posterior = fit(last, x, y, backend="map", seed=0, epochs=60, batch_size=16, progress=False)
     record = posterior.info["early_stopping"]
     assert record["selection"] == "best" and record["epochs"] <= 60
