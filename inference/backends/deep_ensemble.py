@@ -49,7 +49,9 @@ The members train as one model (:func:`inference.ensembles.deep.fit_deep_ensembl
 are stacked ``[M, ...]`` and one ``torch.func.vmap``-ed forward pass serves all of them (each member its
 own minibatch), one Adam steps all (Adam is element-wise, so each member's update is the one it would
 get alone).  ``vectorise=False``, or a
-network without ``vmap`` rules, runs the members' forward passes one after another in the same loop.
+network without ``vmap`` rules for per-member inputs (a GRU or LSTM: tried on two rows before training),
+runs the members' forward passes one after another in the same loop (``info["vectorised"]`` ``False``,
+``info["batching_error"]`` the reason).
 Trainable deterministic parameters (``stochastic`` other than ``"all"``) belong to one network shared
 by every draw: member 0 fits them with its random sites first, and the other members then fit their
 random sites with them held (as the ``ensemble`` backend does).
@@ -207,7 +209,8 @@ class DeepEnsembleBackend(Backend):
         info = run_info(self.name, config, seed, x, started, member_seeds=[seed + m for m in range(count)],
                         vectorised=fitted.vectorised, epsilon=None if epsilon is None else epsilon.tolist(),
                         history={"epoch": list(range(len(histories[0]))), "loss": histories[0]},
-                        member_histories=histories, **({"early_stopping": record} if record else {}))
+                        member_histories=histories, **({"early_stopping": record} if record else {}),
+                        **({"batching_error": fitted.batching_error} if fitted.batching_error else {}))
         posterior = SamplePosterior(bnn, fitted.draws, info=info)
         if fitted.error is not None:
             fitted.error.posterior = posterior

@@ -4,10 +4,11 @@ MAP training of the random sites and the likelihood latents (the prior as weight
 learned), deterministic parameters jointly as point estimates unless the model froze them; the
 objective and the loop are those of :func:`inference.optim.map.fit_map`.
 
-With a likelihood that has a variance head (the heteroscedastic Gaussian) the number of epochs is chosen on
-held-out rows and the fit is refitted on every row for that many (``early_stopping``, default on for such a
-likelihood: :mod:`inference.optim.early_stopping`; ``info["early_stopping"]`` holds the choice); the configured
-``epochs`` are the most it may take.
+With a likelihood that has a variance head (the heteroscedastic Gaussian), or a model with a trained
+deterministic body (a last-layer model) and a learned noise, the number of epochs is chosen on held-out rows and the fit is refitted
+on every row for that many (``early_stopping``, default on for such a model: :mod:`inference.optim.early_stopping`;
+``info["early_stopping"]`` holds the choice); the configured ``epochs`` are the most it may take.  The fit ends
+with the likelihood's latents (the noise) at their MAP for the fitted weights (:func:`inference.optim.map.fit_map`).
 
 The result is a point mass: a :class:`~inference.posterior.SamplePosterior` with one chain
 of one draw, so prediction, metrics (with the learned noise), ArviZ export and save/load
@@ -19,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, selection_for, uses_early_stopping
 from inference.optim.map import MAPOptions, fit_map, run_info, stack_members
 from inference.optim.stacked_map import fit_map_stacked, map_stack_blocker
 from inference.optim.training import NonFiniteLossError
@@ -61,7 +62,7 @@ class MAPBackend(Backend):
                 lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
                                              desc="map (held-out epochs)", stop=stop),
                 bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
-                config.selection)
+                selection_for(bnn, config))
             config = replace(config, epochs=epochs, early_stopping=False)
         try:
             fit = fit_map(bnn, x, y, config, seed, progress, desc=f"map ({bnn.num_random} random)")

@@ -19,6 +19,7 @@ from inference.sgmcmc.fit import (
     CyclicalSampler, PSGLDSampler, Sampler, SGHMCSampler, SGLDSampler, fit_sgmcmc, fit_sgmcmc_stacked,
 )  # fmt: skip
 from inference.posterior import SamplePosterior
+from inference.optim.start import start_stack_blocker
 from inference.backends.base import Backend
 
 __all__ = [
@@ -54,7 +55,7 @@ class SGMCMCBackend(Backend):
         if config.init != "map" or config.map_steps <= 0:
             return f"{self.name} starts from the network's weights (init={config.init!r}, " \
                    f"map_steps={config.map_steps}): no MAP start to stack"
-        return None
+        return start_stack_blocker(bnn, config.init, config.map_steps)
 
     def fit_stacked(self, bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, progress: bool) -> list:
         """K fits (:func:`inference.fit_many`): :func:`~inference.sgmcmc.fit.fit_sgmcmc_stacked`."""

@@ -141,7 +141,10 @@ class DropoutVDConfig(MeanFieldConfig):
             data so that the fit takes at least ``min_steps`` optimisation steps
             (``max(200, ⌈min_steps / steps per epoch⌉)``), and ``pretrain_epochs`` ``None`` a quarter of
             them (deterministic pretraining: the guide's means start at the pretrained weights, as
-            Molchanov, Ashukha & Vetrov 2017 start from a pretrained network); or ``"paper"`` — the fixed
+            Molchanov, Ashukha & Vetrov 2017 start from a pretrained network; a model with a trained
+            deterministic body, a last-layer model, and a learned noise pretrains for the epochs of the best held-out
+            log-likelihood, at most ``epochs``, and keeps the body fixed while the guide trains:
+            :func:`inference.variational.fit.fit_guide`'s ``held_out_body``); or ``"paper"`` — the fixed
             budget these backends had before issue 38, whatever the data size: 200 epochs from the
             network's own initialisation (``pretrain_epochs`` ``None`` is 0).  Given values are kept.
         min_steps: the optimisation steps ``"data-size"`` trains for at least (default 5000, the
@@ -242,6 +245,7 @@ class _VariationalBackend(Backend):
             self.name, bnn, x, y, config, seed, progress, self.guide_name, self._guide_kwargs(config),
             self._particle(bnn, config), info=lambda guide: self._extra_info(bnn, guide, config),
             sparsity=(config.prune_threshold, config.track_sparsity), fused_adam=True,
+            held_out_body=isinstance(config, DropoutVDConfig) and config.protocol == "data-size",
         )
 
 

@@ -48,13 +48,38 @@ class StackedMembers:
     """The stacked members' loss on per-member minibatches ``[M, n, ...]``, by ``vmap`` or a loop.
 
     ``values`` hold the weights ``{site: [M, ...]}`` and the likelihood latents in unconstrained
-    coordinates (``transforms`` maps them to their support, as the MAP fit does)."""
+    coordinates (``transforms`` maps them to their support, as the MAP fit does).
 
-    def __init__(self, bnn, vectorise: bool, num_data: int, use_prior: bool, transforms: dict):
+    The members' passes are ``vmap``-ed over both the weights and the inputs (each member its own minibatch),
+    which a network may not allow where one stack of draws on shared inputs works (``nn.GRU`` / ``nn.LSTM``
+    under a stochastic head: ``bnn.batched_draws`` is ``True``, but torch has no batching rule for a recurrent
+    layer's batched input).  With ``example`` rows ``[n, ...]`` the ``vmap``-ed pass is tried once on two of
+    them before any training; where it fails the members run one forward pass each (``vectorised`` ``False``)
+    and ``batching_error`` keeps the reason."""
+
+    def __init__(self, bnn, vectorise: bool, num_data: int, use_prior: bool, transforms: dict,
+                 example: Optional[torch.Tensor] = None):
         self.bnn, self.num_data, self.use_prior, self.transforms = bnn, num_data, use_prior, transforms
+        self.batching_error: Optional[str] = None
         batched = vectorise and bnn.batched_draws is not False
-        self.vectorised = batched
         self._forward = vmap(bnn.forward_single, in_dims=(0, 0), randomness="different") if batched else None
+        if batched and example is not None:
+            self.batching_error = self._probe(example[:2])
+            if self.batching_error is not None:
+                self._forward = None
+        self.vectorised = self._forward is not None
+
+    def _probe(self, x: torch.Tensor) -> Optional[str]:
+        """``None`` if the ``vmap``-ed pass runs two members on per-member inputs ``x`` ``[n, ...]``, else why not
+        (a network that fails member by member too raises its own error here)."""
+        weights = {n: torch.stack([v, v]) for n, v in self.bnn.initial_values().items()}
+        with torch.no_grad():
+            try:
+                self._forward(weights, torch.stack([x, x]))
+            except Exception as err:  # no batching rule for some layer: one pass per member
+                self.bnn.forward_single({n: v[0] for n, v in weights.items()}, x)
+                return f"{type(err).__name__}: {str(err).splitlines()[0]}"
+        return None
 
     def constrained(self, values: dict) -> dict:
         return {n: self.transforms[n](v) if n in self.transforms else v for n, v in values.items()}
@@ -137,13 +162,15 @@ def train_members(members: StackedMembers, start: dict, x, y, config, seeds: lis
 
 class DeepEnsembleFit(NamedTuple):
     """The members' result: ``draws`` ``{site: [M, 1, ...]}`` (constrained), per-member loss ``histories``
-    (``[]`` for members that never trained), whether the forward pass was ``vectorised``, and the
-    :class:`NonFiniteLossError` that stopped training (``None`` if it finished)."""
+    (``[]`` for members that never trained), whether the forward pass was ``vectorised``, the
+    :class:`NonFiniteLossError` that stopped training (``None`` if it finished) and, where ``vmap`` was asked for
+    but the network has no batching rule for per-member inputs, the reason (:class:`StackedMembers`)."""
 
     draws: dict
     histories: list
     vectorised: bool
     error: Optional[NonFiniteLossError]
+    batching_error: Optional[str] = None
 
 
 def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tensor], progress: bool,
@@ -168,7 +195,7 @@ def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tens
     starts = [bnn.initial_values()] + [member_initial_values(bnn, seed + m) for m in range(1, count)]
     starts = [{**start, **latents} for start in starts]
     stacked = {n: torch.stack([s[n].to(x) for s in starts]) for n in bnn.site_names}
-    members = StackedMembers(bnn, config.vectorise, x.shape[0], config.prior, transforms)
+    members = StackedMembers(bnn, config.vectorise, x.shape[0], config.prior, transforms, example=x)
     shared = bnn.deterministic_parameters()
     stages = [(0, 1, shared), (1, count, [])] if shared else [(0, count, [])]
     values, histories, error = {}, [], None
@@ -190,4 +217,4 @@ def fit_deep_ensemble(bnn, x, y, config, seed: int, epsilon: Optional[torch.Tens
     with torch.no_grad():
         draws = {n: v.unsqueeze(1) for n, v in members.constrained(draws).items()}
         histories += [[] for _ in range(count - len(histories))]
-    return DeepEnsembleFit(draws, histories, members.vectorised, error)
+    return DeepEnsembleFit(draws, histories, members.vectorised, error, members.batching_error)

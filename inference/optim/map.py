@@ -8,7 +8,11 @@ estimates unless the model froze them:
     (ŵ_s, θ̂, ŵ_d) = argmax  log p(w_s) + log p(θ) + Σ_n log p(y_n | x_n, w_s, w_d, θ)
 
 so a Normal(0, σ) weight prior is weight decay 1/(2σ²)·‖w‖² and the noise is learned,
-not fixed.  Per minibatch of n out of N the loss is −(N/n) Σ_batch log p(y|x, w, θ) −
+not fixed.  The fit ends with one block-coordinate step on the same objective: the likelihood's latents
+set to their MAP for the final weights (:func:`inference.optim.latent_fit.latents_at_map`, L-BFGS on the
+training rows), since minibatch Adam on log τ trails its optimum while the weights still move (UCI energy,
+split 0, the README's MLP: τ 310 after the 2 000 default steps against 901 at the optimum for those weights;
+90 % coverage 0.987 → 0.883, test LL −0.566 → −0.425).  Per minibatch of n out of N the loss is −(N/n) Σ_batch log p(y|x, w, θ) −
 log p(w_s, θ), minimised by the one training loop :func:`inference.optim.training.run_training_loop`
 (Adam, learning-rate schedule, gradient clipping, NaN/inf stop, progress bar) with a
 single particle and no KL annealing; the per-epoch history holds the scaled
@@ -38,6 +42,7 @@ import torch
 from torch.distributions import biject_to
 
 from inference.optim.batches import as_batches, loader_info
+from inference.optim.latent_fit import latents_at_map
 from inference.optim.potential import Potential
 from inference.optim.training import HISTORY_KEYS, LoopOptions, OptimiserOptions, run_training_loop
 
@@ -138,7 +143,9 @@ def fit_map(
         params = list(raw.values()) + bnn.deterministic_parameters()
         run_training_loop(particle, params, data, config.loop_options(), generator, history, result, desc, progress,
                           objective="log_joint", stop=None if stop is None else lambda epoch: stop(epoch, result().values))
-    return result()
+    fitted = result()
+    fitted.values.update(latents_at_map(bnn, fitted.values, [(x, y)] if y is not None else x.epoch(torch.Generator())))
+    return fitted
 
 
 def stack_members(fits: list[MAPFit]) -> dict:

@@ -22,6 +22,7 @@ from torch.distributions import biject_to
 from inference.optim.early_stopping import uses_early_stopping
 from inference.multifit.stacked import StackedBatches, stacked_body, stacked_forward, stacked_log_likelihood, write_body
 from inference.optim.map import MAPFit, map_objective, run_info, stack_members
+from inference.optim.latent_fit import latents_at_map
 from inference.optim.potential import Potential
 from inference.optim.stacked_training import run_stacked_loop
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
@@ -84,6 +85,9 @@ def train_stacked(template, starts: list, xs: torch.Tensor, ys: torch.Tensor, co
         final = values()
     fits = [MAPFit(snapshots[k][2] if k in snapshots else {name: final[name][k].detach().clone() for name in names},
                    histories[k]) for k in range(count)]
+    for k, fitted in enumerate(fits):  # fit_map's last step: the latents at their MAP for the final weights
+        if k not in snapshots:
+            fitted.values.update(latents_at_map(bnns[k] if bnns else template, fitted.values, [(xs[k], ys[k])]))
     return fits, [None if step is None else snapshots[k][:2] for k, step in enumerate(stopped)]
 
 

@@ -161,7 +161,8 @@ def lr_scheduler(optimizer, config: LoopOptions, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
 
-def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress: bool) -> dict:
+def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress: bool,
+             stop: Optional[Callable] = None) -> dict:
     """Deterministic pretraining: maximise the likelihood with every random weight as a point estimate.
 
     ``x, y`` are training tensors (minibatches of ``batch_size``), or ``x`` is a batch source of
@@ -171,6 +172,8 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     the pretrained network (:func:`inference.optim.latent_fit.fit_latents`, on the last epoch's batches, so a
     data loader is not iterated once more and keeps the tensor path's batch sequence): a robust likelihood's redescending loss is started from a near-least-squares
     fit, not fitted from scratch (the starting point of an MM-estimator, Yohai 1987).
+    ``stop(epoch, values) -> bool`` after each epoch (``values``: the weights and the latents' prior means,
+    detached) ends the training there (:class:`~inference.optim.early_stopping.ValidationMonitor`).
     Returns the pretrained values of every latent site ``{site: tensor}``, weights and latents.
     """
     values = {n: v.clone().requires_grad_(True) for n, v in bnn.initial_values().items()}
@@ -178,7 +181,7 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
     params, data = list(values.values()) + bnn.deterministic_parameters(), as_batches(x, y, batch_size)
     optimizer = torch.optim.Adam(params, lr=lr) if params else None
     last_epoch = []  # the final epoch's batches: the latent fit's data, without another pass over the source
-    for _ in tqdm(range(epochs if params else 0), desc="pretrain", disable=not progress, leave=False):
+    for epoch in tqdm(range(epochs if params else 0), desc="pretrain", disable=not progress, leave=False):
         last_epoch.clear()
         for xb, yb in data.epoch(generator):
             last_epoch.append((xb, yb))
@@ -187,6 +190,8 @@ def pretrain(bnn, x, y, epochs: int, lr: float, batch_size, generator, progress:
             optimizer.zero_grad()
             loss.mean().backward()
             optimizer.step()
+        if stop is not None and stop(epoch, {**{n: v.detach() for n, v in values.items()}, **latents}):
+            break
     if latents:
         batches = last_epoch or data.epoch(torch.Generator())
         latents = fit_latents(bnn.likelihood, *network_outputs(bnn, values, batches), latents)

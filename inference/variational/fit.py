@@ -11,6 +11,7 @@ that draw through Pyro traces for any guide.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Optional
 
@@ -18,7 +19,10 @@ import pyro
 import torch
 
 from inference.optim.batches import as_batches
+from inference.optim.early_stopping import choose_epochs, noise_follows_body
 from inference.optim.map import run_info
+from inference.optim.potential import frozen_deterministic
+from inference.optim.start import START_EARLY_STOPPING
 from inference.optim.training import HISTORY_KEYS, LoopOptions, pretrain, run_training_loop
 from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo import elbo_terms
@@ -49,6 +53,7 @@ def fit_guide(
     info: Optional[Callable] = None,
     sparsity: Optional[tuple[Optional[float], bool]] = None,
     fused_adam: bool = False,
+    held_out_body: bool = False,
 ) -> VariationalPosterior:
     """A whole variational fit: seed, pretrain, build the guide, train it, return the posterior.
 
@@ -69,6 +74,14 @@ def fit_guide(
             ``info["sparsity"]`` and, when ``every_epoch``, per epoch in the history
             (``sparsity``, ``layer_sparsity``) and the progress bar.
         fused_adam: use PyTorch's single-kernel Adam.
+        held_out_body: for a model with a trained deterministic body and a learned noise
+            (:func:`inference.optim.early_stopping.noise_follows_body`) fitted on tensors with pretraining, choose the pretraining epochs on held-out rows
+            (:func:`~inference.optim.early_stopping.choose_epochs`: a fifth of the rows held out, the epoch
+            of the best held-out log-likelihood, at most ``config.epochs``, the whole fit's, since the body trains
+            only there; ``info["early_stopping"]``),
+            pretrain on every row for that many, and keep the body at those values while the guide trains
+            (``info["body"]``), as the samplers keep their MAP start's body: a long variational budget on a few
+            hundred rows otherwise fits the body to the training residuals, and the noise with it.
     Returns:
         the :class:`~inference.variational.posterior.VariationalPosterior`; ``info["history"]`` holds the
         per-epoch history.
@@ -80,15 +93,22 @@ def fit_guide(
     started = time.perf_counter()
     init_values = None
     data = as_batches(x, y, config.batch_size)
+    body = {}  # a held-out choice of the body's pretraining epochs, when made
     if config.pretrain_epochs:
-        init_values = pretrain(
-            bnn, data, None, config.pretrain_epochs, config.pretrain_lr or config.lr, None, generator, progress
-        )
+        lr, epochs = config.pretrain_lr or config.lr, config.pretrain_epochs
+        if held_out_body and noise_follows_body(bnn) and isinstance(x, torch.Tensor):
+            epochs = max(epochs, config.epochs)  # the body trains only here: up to the whole fit's epochs
+            epochs, body["early_stopping"] = choose_epochs(
+                lambda x_kept, y_kept, stop: pretrain(bnn, x_kept, y_kept, epochs, lr, config.batch_size,
+                                                      torch.Generator().manual_seed(seed), False, stop=stop),
+                bnn, x, y, epochs, START_EARLY_STOPPING.validation_fraction, START_EARLY_STOPPING.patience, seed, "best")
+            body["body"] = f"pretrained for {epochs} epochs (chosen on held-out rows), then fixed"
+        init_values = pretrain(bnn, data, None, epochs, lr, None, generator, progress)
         bnn.update_reference({s.name: init_values[s.name] for s in bnn.sites})
     guide = build_guide(guide_name, bnn, init_values=init_values, **guide_kwargs)
-    params = list(guide.parameters()) + bnn.deterministic_parameters()
+    params = list(guide.parameters()) + ([] if body else bnn.deterministic_parameters())
     history = {key: [] for key in HISTORY_KEYS + (("sparsity", "layer_sparsity") if sparsity else ())}
-    record = run_info(backend, config, seed, data, started, num_samples=config.num_samples, history=history)
+    record = run_info(backend, config, seed, data, started, num_samples=config.num_samples, history=history, **body)
     if info is not None:
         record.update(info(guide))
 
@@ -106,9 +126,10 @@ def fit_guide(
 
     if not params:  # nothing to optimise (frozen network, no latents)
         return result()
-    run_training_loop(
-        lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
-        result, desc=f"{backend} ({bnn.num_random} random)", progress=progress,
-        on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
-    )
+    with frozen_deterministic(bnn) if body else contextlib.nullcontext():
+        run_training_loop(
+            lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
+            result, desc=f"{backend} ({bnn.num_random} random)", progress=progress,
+            on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
+        )
     return result()

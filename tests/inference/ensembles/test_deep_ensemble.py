@@ -178,3 +178,38 @@ def test_bad_data():
     x, y = _data(8)
     with pytest.raises(ValueError, match="DataLoader"):
         fit(_bnn(), DataLoader(TensorDataset(x, y), batch_size=4), backend="deep-ensemble", progress=False)
+
+
+class _TinyGRU(torch.nn.Module):
+    """``[N, T, 1]`` → ``[N, 1]``: a GRU and a linear head on its last state (no vmap rule for a batched input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(1, 4, batch_first=True)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(self.gru(x)[0][:, -1])
+
+
+def test_a_recurrent_network_trains_its_members_one_pass_each_with_the_reason():
+    """vmap has no batching rule for a GRU's per-member inputs: the members train one forward pass each, as
+    ``vectorise=False`` trains them (the same draws), and ``info`` says why."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(24, 5, 1, generator=g)
+    y = x[:, -1] + 0.1 * torch.randn(24, 1, generator=g)
+
+    def model():
+        torch.manual_seed(0)
+        return BayesianNetwork(_TinyGRU(), stochastic="last", likelihood=GaussianLikelihood(learn_noise=True),
+                               example_input=x[:2])
+
+    options = dict(epochs=2, batch_size=8, num_members=2, progress=False, early_stopping=False)
+    posterior = fit(model(), x, y, backend="deep-ensemble", seed=0, **options)
+    assert posterior.info["vectorised"] is False and "Batching rule" in posterior.info["batching_error"]
+    looped = fit(model(), x, y, backend="deep-ensemble", seed=0, vectorise=False, **options)
+    assert "batching_error" not in looped.info
+    for name, draws in looped.draws.items():
+        assert torch.allclose(posterior.draws[name], draws)
+    assert not torch.allclose(posterior.draws["head.weight"][0], posterior.draws["head.weight"][1])
+    assert torch.isfinite(posterior.predict(x[:4], seed=0).mean).all()

@@ -136,7 +136,7 @@ def test_map_start_sets_the_noise_precision_to_its_map_for_the_fitted_weights(co
 
 def test_map_start_with_trained_deterministic_layers_fits_the_body():
     """Last-layer model (the body trained jointly): the MAP start writes the fitted body into the network,
-    takes its budget of minibatch steps and raises the log density."""
+    takes its budget of minibatch steps (a fixed noise: no held-out choice) and raises the log density."""
     data = make_conjugate_regression()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(data.x.shape[1], 8), nn.Tanh(), nn.Linear(8, 1))

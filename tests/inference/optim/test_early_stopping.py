@@ -148,3 +148,32 @@ def test_a_fit_that_chose_its_epochs_saves_and_reloads_exactly(tmp_path):
     loaded = load_posterior(tmp_path / "p")
     assert loaded.info["early_stopping"]["epochs"] == posterior.info["early_stopping"]["epochs"]
     assert torch.equal(loaded.predict(x, seed=1).f, posterior.predict(x, seed=1).f)
+
+
+def test_a_trained_body_chooses_its_epochs_by_default_with_the_best_held_out_epoch():
+    """A last-layer model's body is fitted to the training rows and kept by every posterior over its head, and a
+    learned noise follows its residuals: by default its epochs are chosen on held-out rows (selection "best"; a
+    variance head keeps "one-se"); with a fixed noise the budget stands."""
+    from inference.optim.early_stopping import EarlyStoppingOptions, selection_for, trains_body
+
+    x, y = _data(60, 0)
+
+    def model(stochastic, likelihood):
+        torch.manual_seed(0)
+        net = build_architecture("mlp", 5, likelihood.heads, hidden=[32])
+        return BayesianNetwork(net, stochastic=stochastic, likelihood=likelihood, example_input=x[:2])
+
+    last = model("last", GaussianLikelihood(learn_noise=True))
+    options = EarlyStoppingOptions()
+    assert trains_body(last) and uses_early_stopping(last, options, x) and selection_for(last, options) == "best"
+    everything = model("all", GaussianLikelihood(learn_noise=True))
+    assert not trains_body(everything) and not uses_early_stopping(everything, options, x)
+    assert selection_for(model("all", HeteroscedasticGaussianLikelihood()), options) == "one-se"
+    assert selection_for(last, EarlyStoppingOptions(selection="one-se")) == "one-se"
+    fixed_noise = model("last", GaussianLikelihood(noise_sd=0.5))  # no noise to follow the body: the budget stands
+    assert trains_body(fixed_noise) and not uses_early_stopping(fixed_noise, options, x)
+    posterior = fit(last, x, y, backend="map", seed=0, epochs=60, batch_size=16, progress=False)
+    record = posterior.info["early_stopping"]
+    assert record["selection"] == "best" and record["epochs"] <= 60
+    assert len(posterior.info["history"]["loss"]) == record["epochs"]
+    assert "held-out rows" in batch_blocker(last, "map", parse_config(get_backend("map"), {}))

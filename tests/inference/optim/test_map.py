@@ -72,3 +72,16 @@ def test_bad_options(conjugate_regression, options, message):
     bnn = BayesianNetwork(data.net(), output_dim=1)
     with pytest.raises(ValueError, match=message):
         fit(bnn, data.x, data.y, backend="map", progress=False, **options)
+
+
+def test_a_short_minibatch_budget_still_ends_with_the_noise_at_its_map(conjugate_regression):
+    """Minibatch Adam on log τ trails its optimum while the weights move; the fit's last step sets τ to its MAP
+    for the final weights, τ̂ = (N/2 + a − 1) / (b + RSS/2), whatever the budget (here 3 epochs)."""
+    data = conjugate_regression
+    likelihood = GaussianLikelihood(learn_noise=True, precision_concentration=2.0, precision_rate=0.5)
+    bnn = BayesianNetwork(data.net(), prior=NormalPrior(data.prior_sd), output_dim=1, likelihood=likelihood)
+    posterior = fit(bnn, data.x, data.y, backend="map", seed=0, epochs=3, batch_size=16, progress=False)
+    values = {k: v[0] for k, v in posterior.draws.items()}
+    rss = float(((data.y - bnn.forward_draws(values, data.x)[0]) ** 2).sum())
+    expected = (data.x.shape[0] / 2 + 2.0 - 1) / (0.5 + rss / 2)
+    assert float(values["noise_precision"]) == pytest.approx(expected, rel=1e-4)

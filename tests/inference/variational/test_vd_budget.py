@@ -83,3 +83,36 @@ def test_default_sparse_vd_fits_two_moons_as_well_as_the_map():
         return float((post.predict(data.x_test).mean.argmax(-1) == data.y_test).float().mean())
 
     assert accuracy("sparse-vd") >= accuracy("map") - 0.03
+
+
+def _last_layer_problem():
+    """40 rows in 8 dimensions, only the first informative, and a 8-32-32-1 net whose body can memorise them."""
+    from zoo import GaussianLikelihood
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 8, generator=g)
+    y = torch.sin(x[:, :1]) + 0.3 * torch.randn(40, 1, generator=g)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1))
+    return BayesianNetwork(net, "last", likelihood=GaussianLikelihood(learn_noise=True), example_input=x[:2]), x, y
+
+
+@pytest.mark.parametrize("backend", ["sparse-vd", "kingma-vd"])
+def test_a_trained_body_is_pretrained_for_held_out_epochs_then_fixed(backend):
+    """A last-layer model: the pretraining's epochs are chosen on held-out rows (at most the configured ones), and
+    the body is not trained by the guide's loop — the same body after 2 or 20 epochs of it; ``protocol="paper"``
+    (no pretraining) trains it jointly as before."""
+    bodies, infos = [], []
+    for epochs in (2, 20):
+        bnn, x, y = _last_layer_problem()
+        posterior = fit(bnn, x, y, backend=backend, seed=0, progress=False, epochs=epochs, pretrain_epochs=300)
+        bodies.append(bnn.net[0].weight.detach().clone())
+        infos.append(posterior.info)
+    assert torch.equal(bodies[0], bodies[1])
+    chosen = infos[0]["early_stopping"]
+    assert chosen["max_epochs"] == 300 and chosen["epochs"] < 100 and "fixed" in infos[0]["body"]
+    assert infos[1]["early_stopping"]["max_epochs"] == 300  # at most the larger of the two budgets
+    bnn, x, y = _last_layer_problem()
+    start = bnn.net[0].weight.detach().clone()
+    paper = fit(bnn, x, y, backend=backend, seed=0, progress=False, epochs=2, protocol="paper")
+    assert "early_stopping" not in paper.info and not torch.equal(bnn.net[0].weight, start)
