@@ -287,7 +287,9 @@ def run_training_loop(
             the log prior of a point estimate: its log joint density, the MAP objective).  The bar shows the
             epoch's mean of it, and the KL weight β only while an annealing schedule changes it.
         stop: ``stop(epoch) -> bool`` after each epoch (and ``on_epoch``); ``True`` ends the loop there (early
-            stopping on held-out rows, :mod:`inference.optim.early_stopping`).  The schedule is not changed.
+            stopping on held-out rows, :mod:`inference.optim.early_stopping`).  The schedule is not changed.  Such
+            a held-out trial's bar clears itself when the loop ends (it stops short of its epochs by design); the
+            refit that follows, without ``stop``, keeps its bar.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
@@ -298,7 +300,7 @@ def run_training_loop(
     scheduler = lr_scheduler(optimizer.optimizer, config, total_steps)
     clip = config.clip_norm if config.optimizer == "clipped-adam" else math.inf
     step = 0
-    bar = tqdm(range(config.epochs), desc=desc, disable=not progress)
+    bar = tqdm(range(config.epochs), desc=desc, disable=not progress, leave=stop is None)
     for epoch in bar:
         sums = [0.0, 0.0, 0.0]
         beta = 1.0

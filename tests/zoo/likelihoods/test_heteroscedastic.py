@@ -62,8 +62,9 @@ def test_variance_head_is_bounded_at_ten_target_sds_far_from_the_data():
 
 def test_sampler_start_is_the_map_backends_fit():
     """The MAP start of HMC / NUTS / SG-MCMC / Laplace is the ``map`` backend's fit (the β-NLL optimum of a
-    heteroscedastic likelihood, whose mean head does not starve) with the same seed and step budget (and no
-    held-out choice of the epochs): the same site values, bitwise."""
+    heteroscedastic likelihood, whose mean head does not starve) with the same seed, step budget and held-out
+    choice of the epochs (a variance head: the ``map`` backend's rule, inference.optim.early_stopping): the same
+    site values, bitwise."""
     from inference import fit
     from inference.optim.potential import Potential
     from inference.optim.start import MAP_BATCH_SIZE, initial_point, map_epochs
@@ -82,10 +83,12 @@ def test_sampler_start_is_the_map_backends_fit():
     potential = Potential(bnn, x, y)
     z, record = initial_point(potential, "map", map_steps=40, map_lr=0.01, seed=3)
     epochs = map_epochs(100, None, 40)
-    assert epochs == 20 and record["map_steps"] == 40 and MAP_BATCH_SIZE == 64
+    assert epochs == 20 and MAP_BATCH_SIZE == 64
+    chosen = record["early_stopping"]["epochs"]
+    assert record["early_stopping"]["max_epochs"] == epochs and record["map_steps"] == 2 * chosen  # 2 batches an epoch
     reference = fit(model(), x, y, backend="map", seed=3, progress=False, epochs=epochs, batch_size=MAP_BATCH_SIZE,
-                    lr=0.01, early_stopping=False)  # the start keeps its step budget (the map backend's default
-    # for a variance head chooses its epochs on held-out rows: inference.optim.early_stopping)
+                    lr=0.01)
+    assert reference.info["early_stopping"]["epochs"] == chosen
     values = potential.unpack(z.unsqueeze(0))[0]
     assert all(torch.equal(values[name][0], reference.draws[name][0, 0]) for name in reference.draws)
 
