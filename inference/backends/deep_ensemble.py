@@ -200,8 +200,7 @@ class DeepEnsembleBackend(Backend):
                 lambda xk, yk, stop: fit_deep_ensemble(
                     bnn, xk, yk, replace(config, num_members=1), seed,
                     fgsm_epsilon(xk, config.epsilon) if config.adversarial else None, progress, stop=stop),
-                bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
-                config.selection)
+                bnn, x, y, config.epochs, config, seed)
             config = replace(config, epochs=epochs)
         epsilon = fgsm_epsilon(x, config.epsilon) if config.adversarial else None
         fitted = fit_deep_ensemble(bnn, x, y, config, seed, epsilon, progress)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
 from inference.ensembles.stacked import ensemble_stack_blocker, fit_ensemble_stacked
-from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, selection_for, uses_early_stopping
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
 from inference.optim.map import fit_map
 from inference.posterior import SamplePosterior
 from inference.backends.base import Backend
@@ -75,8 +75,7 @@ class EnsembleBackend(Backend):
         epochs, record = choose_epochs(
             lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
                                          desc="ensemble (held-out epochs)", stop=stop),
-            bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
-            selection_for(bnn, config))
+            bnn, x, y, config.epochs, config, seed)
         posterior = fit_ensemble(bnn, x, y, replace(config, epochs=epochs, early_stopping=False), seed, progress)
         posterior.info["early_stopping"] = record
         return posterior

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, selection_for, uses_early_stopping
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
 from inference.optim.map import MAPOptions, fit_map, run_info, stack_members
 from inference.optim.stacked_map import fit_map_stacked, map_stack_blocker
 from inference.optim.training import NonFiniteLossError
@@ -61,8 +61,7 @@ class MAPBackend(Backend):
             epochs, extra["early_stopping"] = choose_epochs(
                 lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
                                              desc="map (held-out epochs)", stop=stop),
-                bnn, x, y, config.epochs, config.validation_fraction, config.patience, seed,
-                selection_for(bnn, config))
+                bnn, x, y, config.epochs, config, seed)
             config = replace(config, epochs=epochs, early_stopping=False)
         try:
             fit = fit_map(bnn, x, y, config, seed, progress, desc=f"map ({bnn.num_random} random)")

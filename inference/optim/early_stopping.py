@@ -166,20 +166,23 @@ class ValidationMonitor:
         return len(self.curve) - 1 - self.best >= self.patience
 
 
-def choose_epochs(fit_held_out, bnn, x, y, max_epochs: int, validation_fraction: float, patience: Optional[int],
-                  seed: int, selection: str = "best") -> tuple[int, dict]:
+def choose_epochs(fit_held_out, bnn, x, y, max_epochs: int, options, seed: int,
+                  selection: Optional[str] = None) -> tuple[int, dict]:
     """E* of a fit of at most ``max_epochs`` epochs on ``x, y`` ``[N, ...]``, and the ``info["early_stopping"]``
     record.
 
     ``fit_held_out(x_kept, y_kept, stop)`` runs the fit on the kept rows for ``max_epochs`` with the ``stop``
-    callback (:class:`ValidationMonitor`); the held-out rows are :func:`held_out_split` of ``seed``;
-    ``patience`` ``None`` is :func:`default_patience`.  The network's deterministic parameters (which a fit trains
+    callback (:class:`ValidationMonitor`); ``options`` (an :class:`EarlyStoppingOptions`, or a config that has its
+    fields) give the held-out share ``validation_fraction`` — the rows are :func:`held_out_split` of ``seed`` — and
+    ``patience`` (``None``: :func:`default_patience`); ``selection`` overrides the rule :func:`selection_for` reads
+    from ``options``.  The network's deterministic parameters (which a fit trains
     in place) are given back as they were, so the refit starts where this run started.  The record holds
     ``epochs`` (E*), ``max_epochs`` (E), ``epochs_run``, ``num_validation``, ``patience`` and ``validation_ll``
     (ℓ_val per epoch run, standardised units)."""
-    kept, held = held_out_split(x.shape[0], validation_fraction, seed)
+    selection = selection or selection_for(bnn, options)
+    kept, held = held_out_split(x.shape[0], options.validation_fraction, seed)
     kept, held = kept.to(x.device), held.to(x.device)
-    patience = int(patience) if patience is not None else default_patience(int(max_epochs))
+    patience = int(options.patience) if options.patience is not None else default_patience(int(max_epochs))
     monitor = ValidationMonitor(bnn, x[held], y[held], patience)
     state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
     try:

@@ -20,7 +20,7 @@ import pyro
 import torch
 
 from inference.optim.batches import LoaderBatches
-from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, selection_for, trains_body, \
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, trains_body, \
     uses_early_stopping
 from inference.optim.latent_fit import latents_at_map
 from inference.optim.map import MAPOptions, fit_map
@@ -158,8 +158,7 @@ def initial_point(
                     pass
 
             epochs, record["early_stopping"] = choose_epochs(
-                held_out, bnn, x, y, epochs, START_EARLY_STOPPING.validation_fraction, START_EARLY_STOPPING.patience,
-                seed, selection_for(bnn, START_EARLY_STOPPING))
+                held_out, bnn, x, y, epochs, START_EARLY_STOPPING, seed)
             options = replace(options, epochs=epochs)
         try:
             values = fit_map(bnn, x, y, options, seed, progress, desc="MAP start").values  # latents at their MAP

@@ -101,7 +101,7 @@ def fit_guide(
             epochs, body["early_stopping"] = choose_epochs(
                 lambda x_kept, y_kept, stop: pretrain(bnn, x_kept, y_kept, epochs, lr, config.batch_size,
                                                       torch.Generator().manual_seed(seed), False, stop=stop),
-                bnn, x, y, epochs, START_EARLY_STOPPING.validation_fraction, START_EARLY_STOPPING.patience, seed, "best")
+                bnn, x, y, epochs, START_EARLY_STOPPING, seed, selection="best")
             body["body"] = f"pretrained for {epochs} epochs (chosen on held-out rows), then fixed"
         init_values = pretrain(bnn, data, None, epochs, lr, None, generator, progress)
         bnn.update_reference({s.name: init_values[s.name] for s in bnn.sites})
