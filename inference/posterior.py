@@ -361,6 +361,9 @@ def member_posteriors(posterior: SamplePosterior) -> list[SamplePosterior]:
 
 
 def _sampler_limits(info: dict) -> dict:
-    """Sampler settings the diagnostics need to read ``sample_stats`` (NUTS: ``max_tree_depth``)."""
+    """What the diagnostics need to read the draws: NUTS's ``max_tree_depth`` (for ``sample_stats``), and
+    ``chains="members"`` when the chains are the members of a mixture (ensembles, MultiSWAG: each member its own
+    mode by design, so R-hat between them measures no convergence)."""
     depth = (info.get("config") or {}).get("max_tree_depth")
-    return {"max_tree_depth": int(depth)} if depth else {}
+    return {**({"max_tree_depth": int(depth)} if depth else {}),
+            **({"chains": "members"} if info.get("chains_are_members") else {})}

@@ -205,7 +205,7 @@ class DeepEnsembleBackend(Backend):
         epsilon = fgsm_epsilon(x, config.epsilon) if config.adversarial else None
         fitted = fit_deep_ensemble(bnn, x, y, config, seed, epsilon, progress)
         histories = fitted.histories
-        info = run_info(self.name, config, seed, x, started, member_seeds=[seed + m for m in range(count)],
+        info = run_info(self.name, config, seed, x, started, chains_are_members=True, member_seeds=[seed + m for m in range(count)],
                         vectorised=fitted.vectorised, epsilon=None if epsilon is None else epsilon.tolist(),
                         history={"epoch": list(range(len(histories[0]))), "loss": histories[0]},
                         member_histories=histories, **({"early_stopping": record} if record else {}),

@@ -118,7 +118,8 @@ def fit_ensemble(bnn, x, y, config: EnsembleOptions, seed: int, progress: bool) 
     else:
         results += [fit_member(bnn, x, y, config, seed, k, progress) for k in members]
     fits = [fit for fit, _ in results]
-    info = run_info("ensemble", config, seed, x, started, num_chains=config.num_members, vectorised=vectorised,
+    info = run_info("ensemble", config, seed, x, started, num_chains=config.num_members, chains_are_members=True,
+                    vectorised=vectorised,
                     member_seeds=[seed + k for k in range(config.num_members)],
                     history=fits[0].history, member_histories=[fit.history for fit in fits])
     posterior = SamplePosterior(bnn, stack_members(fits), info=info)

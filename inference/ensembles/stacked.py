@@ -50,7 +50,7 @@ def fit_ensemble_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config,
     results = []
     for k, (bnn, seed) in enumerate(zip(bnns, seeds)):
         own = fits[k * members:(k + 1) * members]
-        info = run_info("ensemble", config, int(seed), xs[k], started, num_chains=members, vectorised=True,
+        info = run_info("ensemble", config, int(seed), xs[k], started, num_chains=members, chains_are_members=True, vectorised=True,
                         member_seeds=member_seeds[k * members:(k + 1) * members], history=own[0].history,
                         member_histories=[fit.history for fit in own], multifit={"fits": len(bnns), "index": k})
         info["fit_seconds"] = seconds

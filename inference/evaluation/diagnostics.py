@@ -48,12 +48,16 @@ def convergence_metrics(idata: az.InferenceData) -> dict:
     R-hat needs at least two chains; with a single chain (independent variational draws)
     ``rhat_max`` is ``None``.  R-hat and ESS need at least :data:`MIN_DRAWS_PER_CHAIN` draws per
     chain: point-mass members (MAP, deep-ensemble members: one draw per chain) have neither, so
-    all three are ``None``.
+    all three are ``None``.  Chains that are the members of a mixture (``idata.attrs["chains"] == "members"``:
+    MultiSWAG, ensembles) sit in different modes by design (Wilson & Izmailov 2020), so R-hat and ESS between
+    them would report a failure to mix that is the method itself: all three are ``None`` and
+    ``chains_are_members`` is ``True`` (the members' spread is ``member_disagreement``).
     """
     num_chains, num_draws = int(idata.posterior.sizes["chain"]), int(idata.posterior.sizes["draw"])
+    members = idata.attrs.get("chains") == "members"
     out = {"rhat_max": None, "ess_bulk_min": None, "ess_tail_min": None,
-           "num_chains": num_chains, "num_draws": num_draws}
-    if num_draws >= MIN_DRAWS_PER_CHAIN:
+           "num_chains": num_chains, "num_draws": num_draws, **({"chains_are_members": True} if members else {})}
+    if num_draws >= MIN_DRAWS_PER_CHAIN and not members:
         summary = predictive_summary(idata)
         out["rhat_max"] = float(np.nanmax(summary["r_hat"].to_numpy())) if "r_hat" in summary else None
         out["ess_bulk_min"] = float(np.nanmin(summary["ess_bulk"].to_numpy()))

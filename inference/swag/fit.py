@@ -68,7 +68,8 @@ def fit_swag(bnn, x, y, config, seed: int, progress: bool, name: str = "swag") -
     moments = init_moments(num_members, potential.dim, config.max_rank, like.dtype, like.device)
     with batch_statistics(bnn.net):
         z, stopped = swag_iterates(bnn, x, y, config, seed, progress, potential, moments, collect_every)
-    info = run_info(name, config, seed, x, started, num_chains=num_members, num_random=potential.dim,
+    info = run_info(name, config, seed, x, started, num_chains=num_members, chains_are_members=num_members > 1,
+                    num_random=potential.dim,
                     collect_every=collect_every, num_snapshots=moments.count)
     if stopped is None:
         generator = torch.Generator(device=like.device).manual_seed(seed)
