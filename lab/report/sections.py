@@ -103,13 +103,18 @@ def convergence(run: ReportRun) -> str:
     idata = run.idata
     post = idata.posterior
     chains, draws = post.sizes["chain"], post.sizes["draw"]
-    single = chains < 2
+    members = idata.attrs.get("chains") == "members"
+    single = chains < 2 or members  # no R-hat between the members of a mixture either
     parts = [paragraph(f"{chains} chain(s) × {draws} draws. R-hat (rank-normalised split R-hat), ESS bulk/tail and "
                        f"MCSE from ArviZ; the predictive quantities are the network output f at a few of "
                        f"{run.evaluated()} (f_mean) and the log joint density.")]
-    if single:
+    if chains < 2:
         parts.append(note("R-hat: not applicable — 1 chain (independent draws, e.g. from a variational posterior); "
                           "R-hat needs at least 2 chains."))
+    elif members:
+        parts.append(note(f"R-hat: not applicable — the {chains} chains are the members of a mixture (an ensemble or "
+                          "MultiSWAG), each in its own mode by design; their spread is the member disagreement, not a "
+                          "failure to mix."))
     points = post["f_mean"].coords["predictive_point"].values
     pick = points[np.unique(np.linspace(0, len(points) - 1, min(PREDICTIVE_POINTS, len(points))).round().astype(int))]
     coords = {"predictive_point": pick}
