@@ -35,7 +35,7 @@ from inference.laplace.curvature import KronBlock, WeightLayout, evaluation_mode
 from inference.posterior import SamplePosterior
 
 __all__ = ["KronRoot", "LinearisedNetwork", "LaplacePosterior", "PREDICTIVES", "probit_logits", "bridge_log_alpha",
-           "sample_offsets", "gaussian_draws", "closed_form_nll"]
+           "sample_offsets", "gaussian_draws", "VALIDATED", "validation_nll"]
 
 #: the predictives of :class:`LaplacePosterior` (``probit`` and ``bridge`` for classification only)
 PREDICTIVES = ("glm", "sample", "probit", "bridge")
@@ -167,29 +167,59 @@ def bridge_log_alpha(mean: torch.Tensor, covariance: torch.Tensor) -> torch.Tens
     return (log_numerator - var.log()).to(mean.dtype)
 
 
+#: the classification predictives whose held-out NLL :func:`validation_nll` scores for every δ at once
+VALIDATED = ("probit", "bridge", "glm")
+
+
 @torch.no_grad()
-def closed_form_nll(bnn: BayesianNetwork, mean: torch.Tensor, basis, eigenvalues: torch.Tensor,
-                    deltas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, predictive: str) -> torch.Tensor:
-    """Mean negative log predictive density ``[G]`` of the ``probit`` / ``bridge`` predictive on
+def validation_nll(bnn: BayesianNetwork, mean: torch.Tensor, basis, eigenvalues: torch.Tensor,
+                   deltas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, predictive: str, num_samples: int = 200,
+                   seed: int = 0) -> torch.Tensor:
+    """Mean negative log predictive density ``[G]`` of a classification ``predictive`` of :data:`VALIDATED` on
     ``(x [N, ...], y [N])`` for each prior precision scale δ of ``deltas`` ``[G]``.
 
     The posterior covariance at δ is Σ(δ) = U diag((λ + δ)⁻¹) Uᵀ, ``basis`` U the covariance root with
     unit ``inv_sd`` (dense ``[P, P]``, ``[P]`` or a :class:`KronRoot`) and ``eigenvalues`` λ ``[P]`` those
     of the prior-whitened GGN, so each input's Jacobian is projected once, (J U)_{kp} ``[N, K, P]``, and
-    J Σ(δ) Jᵀ = (J U) diag((λ + δ)⁻¹) (J U)ᵀ for every δ; ``mean`` ``[P]`` the MAP weights."""
+    J Σ(δ) Jᵀ = (J U) diag((λ + δ)⁻¹) (J U)ᵀ for every δ; ``mean`` ``[P]`` the MAP weights.
+
+    ``"probit"`` and ``"bridge"`` are in closed form.  ``"glm"`` is the Monte Carlo GLM predictive
+    (Immer et al. 2021; laplace-torch's ``gridsearch`` with ``link_approx="mc"``): per input,
+    −log (1/S) Σ_s softmax(μ + R(δ) ε_s)_y with R(δ) the symmetric root of J Σ(δ) Jᵀ ``[K, K]`` and
+    ``num_samples`` S standard normal ε_s ``[K]`` drawn once (a generator seeded by ``seed``) and shared by every
+    δ (common random numbers: the scores of neighbouring δ differ by the predictive, not by the draws)."""
     layout = WeightLayout(bnn)
     inv = (eigenvalues[:, None] + deltas[None, :].to(eigenvalues)).reciprocal().to(mean.dtype)  # [P, G]
     total = torch.zeros(deltas.shape[0], dtype=torch.float64, device=mean.device)
+    generator = torch.Generator(device=mean.device).manual_seed(seed)
     with torch.enable_grad():  # the Jacobians need autograd; nothing else builds a graph (detached)
         for index, f, jac in jacobian_chunks(layout, mean, x):
             projected = _projected(basis, jac.detach())  # [n, K, P]
             if predictive == "probit":
                 logits = probit_logits(f.unsqueeze(0), (projected.square() @ inv).permute(2, 0, 1))  # [G, n, K]
-            else:
+            elif predictive == "bridge":
                 logits = torch.stack([bridge_log_alpha(f, (projected * inv[:, g]) @ projected.transpose(-1, -2))
                                       for g in range(inv.shape[1])])
+            else:
+                total -= _glm_log_density(bnn.likelihood, f, projected, inv, y[index], num_samples, generator)
+                continue
             total -= bnn.likelihood.log_prob(logits.detach(), y[index], {}).double().sum(-1)
     return total / x.shape[0]
+
+
+def _glm_log_density(likelihood, f: torch.Tensor, projected: torch.Tensor, inv: torch.Tensor, y: torch.Tensor,
+                     num_samples: int, generator: torch.Generator) -> torch.Tensor:
+    """``[G]``: Σ_n log (1/S) Σ_s p(y_n | μ_n + R_n(δ) ε_sn) of :func:`validation_nll`'s ``"glm"`` for the ``n`` rows of
+    one chunk (``f`` μ ``[n, K]``, ``projected`` J U ``[n, K, P]``, ``inv`` (λ + δ)⁻¹ ``[P, G]``, labels ``y`` ``[n]``)."""
+    eps = torch.randn(num_samples, *f.shape, generator=generator, dtype=torch.float64, device=f.device)  # [S, n, K]
+    out = torch.empty(inv.shape[1], dtype=torch.float64, device=f.device)
+    for g in range(inv.shape[1]):
+        values, vectors = torch.linalg.eigh(((projected * inv[:, g]) @ projected.transpose(-1, -2)).double())
+        root = (vectors * values.clamp_min(0.0).sqrt().unsqueeze(-2)) @ vectors.transpose(-1, -2)  # [n, K, K]
+        logits = f.double() + torch.einsum("nkj,snj->snk", root, eps)  # [S, n, K]
+        log_lik = likelihood.log_prob(logits, y, {}).double()  # [S, n]
+        out[g] = (torch.logsumexp(log_lik, 0) - math.log(num_samples)).sum()
+    return out
 
 
 class LinearisedNetwork(BayesianNetwork):
