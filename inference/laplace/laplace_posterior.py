@@ -209,8 +209,9 @@ def validation_nll(bnn: BayesianNetwork, mean: torch.Tensor, basis, eigenvalues:
 
 def _glm_log_density(likelihood, f: torch.Tensor, projected: torch.Tensor, inv: torch.Tensor, y: torch.Tensor,
                      num_samples: int, generator: torch.Generator) -> torch.Tensor:
-    """``[G]``: Σ_n log (1/S) Σ_s p(y_n | μ_n + R_n(δ) ε_sn) of :func:`validation_nll`'s ``"glm"`` for the ``n`` rows of
-    one chunk (``f`` μ ``[n, K]``, ``projected`` J U ``[n, K, P]``, ``inv`` (λ + δ)⁻¹ ``[P, G]``, labels ``y`` ``[n]``)."""
+    """``[G]``: Σ_n log (1/S) Σ_s p(y_n | μ_n + R_n(δ) ε_sn) of :func:`validation_nll`'s ``"glm"`` for the ``n`` rows
+    of one chunk (``f`` μ ``[n, K]``, ``projected`` J U ``[n, K, P]``, ``inv`` (λ + δ)⁻¹ ``[P, G]``, labels ``y``
+    ``[n]``)."""
     eps = torch.randn(num_samples, *f.shape, generator=generator, dtype=torch.float64, device=f.device)  # [S, n, K]
     out = torch.empty(inv.shape[1], dtype=torch.float64, device=f.device)
     for g in range(inv.shape[1]):

@@ -271,7 +271,8 @@ def test_cli_last_layer_laplace_writes_metrics_and_a_loo_readable_netcdf(tmp_pat
     ({"validation_folds": 5, "validation_fraction": 0.3}, "validation_fraction applies to one held-out split"),
     ({"validation_folds": 5}, "prior_precision='auto' is 'marglik' here"),
     ({"prior_precision_grid": [1.0]}, "prior_precision='auto' is 'marglik' here"),  # regression: auto is marglik
-    ({"prior_precision": "validation"}, "scores the closed-form classification predictives"),
+    ({"prior_precision": "validation"}, "scores a classifier's held-out NLL; this model's GaussianLikelihood is for "
+                                         "regression: use prior_precision='marglik'"),
 ])
 def test_bad_options_are_clear_errors(conjugate_regression, options, message):
     c = conjugate_regression
