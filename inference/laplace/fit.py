@@ -24,8 +24,8 @@ of :mod:`inference.laplace` (the ``laplace`` backend's options are
    ``info["validation"]``).  ``"auto"`` (the default) is ``"validation"`` for a classifier's probit, bridge
    and glm predictives from a MAP fit, ``"marglik"`` otherwise (regression; the ``sample`` predictive; a
    network taken as it is): on a classifier whose MAP separates its training rows the evidence's δ leaves
-   every predictive near-uniform (:mod:`inference.laplace.evidence`).  ``info["log_evidence"]`` is log Z at the chosen δ (laplace-torch's
-   ``log_marginal_likelihood``).
+   every predictive near-uniform (:mod:`inference.laplace.evidence`).  ``info["log_evidence"]`` is log Z
+   at the chosen δ (laplace-torch's ``log_marginal_likelihood``).
 3. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
    :class:`~inference.laplace.laplace_posterior.LaplacePosterior` (one chain).  Predictives
    (:mod:`inference.laplace.laplace_posterior`): ``"glm"`` Monte Carlo over the network linearised at the
