@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from inference.laplace.fit import fit_laplace
-from inference.laplace.laplace_posterior import CLOSED_FORM, PREDICTIVES
+from inference.laplace.laplace_posterior import PREDICTIVES, VALIDATED
 from inference.optim.checks import check_choice, check_interval, check_positive
 from inference.optim.start import INIT_STRATEGIES
 from inference.backends.base import Backend
@@ -37,8 +37,9 @@ class LaplaceConfig:
         prior_precision: ``"marglik"`` (δ by the evidence), ``"validation"`` (δ of ``prior_precision_grid``
             with the best validation NLL, then the MAP refitted on all data), ``"model"`` (δ = 1), a positive
             number λ (the precision of an isotropic prior N(μ₀, λ⁻¹ I) around the model prior's mean) or
-            ``"auto"`` (validation for a closed-form classification predictive fitted from ``init="map"``,
-            else marglik).
+            ``"auto"`` (validation for a classifier's probit, bridge or glm predictive fitted from
+            ``init="map"``, else marglik: on a classifier whose MAP separates the training rows the evidence's
+            δ leaves every predictive near-uniform, :mod:`inference.laplace.evidence`).
         prior_precision_grid: the δ searched by ``"validation"`` (``None``:
             :data:`inference.laplace.evidence.VALIDATION_GRID`).
         validation_fraction: the share of the training rows (a seeded random subset) held out by
@@ -120,14 +121,16 @@ class LaplaceConfig:
                              f"{type(likelihood).__name__} is for regression: use predictive='glm' or 'sample'")
         return self.predictive
 
-    def resolved_prior_precision(self, predictive: str) -> Union[str, float]:
-        """The prior precision rule for the resolved ``predictive`` (``"auto"`` resolved).
+    def resolved_prior_precision(self, predictive: str, likelihood) -> Union[str, float]:
+        """The prior precision rule for the resolved ``predictive`` and the model's ``likelihood`` (``"auto"``
+        resolved).
 
         Raises:
-            ValueError: ``"validation"`` without a closed-form predictive or without a MAP fit."""
+            ValueError: ``"validation"`` for regression, with the ``sample`` predictive or without a MAP fit."""
         map_fit = self.init == "map" and (self.map_steps is None or int(self.map_steps) > 0)
+        classification = likelihood.task == "classification"
         if self.prior_precision == "auto":
-            if predictive in CLOSED_FORM and map_fit:
+            if classification and predictive in VALIDATED and map_fit:
                 return "validation"
             if self._search_options_set():
                 raise ValueError(f"prior_precision='auto' is 'marglik' here (predictive {predictive!r}, init "
@@ -135,10 +138,13 @@ class LaplaceConfig:
                                  f"not apply; drop them, or set prior_precision='validation'")
             return "marglik"
         if self.prior_precision == "validation":
-            if predictive not in CLOSED_FORM:
-                raise ValueError(f"prior_precision='validation' scores the closed-form classification predictives; "
-                                 f"predictive is {predictive!r}: use predictive='probit' or 'bridge', or "
-                                 f"prior_precision='marglik'")
+            if not classification:
+                raise ValueError(f"prior_precision='validation' scores a classifier's held-out NLL; this model's "
+                                 f"{type(likelihood).__name__} is for regression: use prior_precision='marglik'")
+            if predictive not in VALIDATED:
+                raise ValueError(f"prior_precision='validation' scores the probit, bridge and glm predictives; "
+                                 f"predictive is {predictive!r}: use predictive='glm' (the linearised network), "
+                                 f"'probit' or 'bridge', or prior_precision='marglik'")
             if not map_fit:
                 raise ValueError("prior_precision='validation' fits the MAP on part of the data and refits it on all "
                                  "of it; with init='current' or map_steps=0 use prior_precision='marglik' or a number")

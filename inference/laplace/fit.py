@@ -19,11 +19,13 @@ of :mod:`inference.laplace` (the ``laplace`` backend's options are
    ``validation_fraction`` (0.2) of the rows (or each of ``validation_folds`` folds in turn), fits the MAP
    and GGN on the rest for the refit's epochs, takes the δ of
    ``prior_precision_grid`` (default 10^-4 … 10^6, five a decade) with the lowest validation NLL of the
-   closed-form classification predictive (Kristiadi, Hein & Hennig 2020), and fits the MAP and GGN again
-   on all rows (search, then refit; ``info["validation"]``).  ``"auto"`` (the default) is
-   ``"validation"`` for the closed-form predictives (probit, bridge) from a MAP fit, ``"marglik"``
-   otherwise.  ``info["log_evidence"]`` is log Z at the chosen δ (laplace-torch's
-   ``log_marginal_likelihood``).
+   classification predictive (probit, bridge in closed form; glm by ``num_samples`` Monte Carlo draws of the
+   logits; Kristiadi, Hein & Hennig 2020), and fits the MAP and GGN again on all rows (search, then refit;
+   ``info["validation"]``).  ``"auto"`` (the default) is ``"validation"`` for a classifier's probit, bridge
+   and glm predictives from a MAP fit, ``"marglik"`` otherwise (regression; the ``sample`` predictive; a
+   network taken as it is): on a classifier whose MAP separates its training rows the evidence's δ leaves
+   every predictive near-uniform (:mod:`inference.laplace.evidence`).  ``info["log_evidence"]`` is log Z
+   at the chosen δ (laplace-torch's ``log_marginal_likelihood``).
 3. Posterior N(w*, (G + δP₀)⁻¹); ``num_samples`` draws are taken at fit end into a
    :class:`~inference.laplace.laplace_posterior.LaplacePosterior` (one chain).  Predictives
    (:mod:`inference.laplace.laplace_posterior`): ``"glm"`` Monte Carlo over the network linearised at the
@@ -75,7 +77,7 @@ def _fit(bnn, x, y, config, seed, progress, name):
                          f"this one cannot ({bnn.batching_error}); use svi, map, ensemble or sgld, or make the "
                          f"layer without a batching rule deterministic")
     predictive = config.resolved_predictive(bnn.likelihood)
-    rule = config.resolved_prior_precision(predictive)
+    rule = config.resolved_prior_precision(predictive, bnn.likelihood)
     mu0, p0, normal = prior_moments(bnn, layout)
     if rule == "model" and not normal:
         raise ValueError(f"prior_precision='model' needs a Normal prior on the weights, got {bnn.prior!r}; "
@@ -92,7 +94,7 @@ def _fit(bnn, x, y, config, seed, progress, name):
     if rule == "validation":
         search = validation_search(bnn, layout, x, y, structure, path, p0, predictive, seed, progress,
                                    validation_fraction=config.validation_fraction, folds=config.validation_folds,
-                                   grid=config.prior_precision_grid, **fit_options)
+                                   grid=config.prior_precision_grid, num_samples=config.num_samples, **fit_options)
     w, latents, log_lik, eigenvalues, basis, record = map_and_curvature(bnn, layout, x, y, structure, path, p0,
                                                                         progress=progress, seed=seed, **fit_options)
     mu0 = mu0.to(w.device)

@@ -35,7 +35,7 @@ from inference.laplace.curvature import KronBlock, WeightLayout, evaluation_mode
 from inference.posterior import SamplePosterior
 
 __all__ = ["KronRoot", "LinearisedNetwork", "LaplacePosterior", "PREDICTIVES", "probit_logits", "bridge_log_alpha",
-           "sample_offsets", "gaussian_draws", "closed_form_nll"]
+           "sample_offsets", "gaussian_draws", "VALIDATED", "validation_nll"]
 
 #: the predictives of :class:`LaplacePosterior` (``probit`` and ``bridge`` for classification only)
 PREDICTIVES = ("glm", "sample", "probit", "bridge")
@@ -167,29 +167,81 @@ def bridge_log_alpha(mean: torch.Tensor, covariance: torch.Tensor) -> torch.Tens
     return (log_numerator - var.log()).to(mean.dtype)
 
 
+#: the classification predictives whose held-out NLL :func:`validation_nll` scores for every δ at once
+VALIDATED = ("probit", "bridge", "glm")
+
+
 @torch.no_grad()
-def closed_form_nll(bnn: BayesianNetwork, mean: torch.Tensor, basis, eigenvalues: torch.Tensor,
-                    deltas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, predictive: str) -> torch.Tensor:
-    """Mean negative log predictive density ``[G]`` of the ``probit`` / ``bridge`` predictive on
+def validation_nll(bnn: BayesianNetwork, mean: torch.Tensor, basis, eigenvalues: torch.Tensor,
+                   deltas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, predictive: str, num_samples: int = 200,
+                   seed: int = 0) -> torch.Tensor:
+    """Mean negative log predictive density ``[G]`` of a classification ``predictive`` of :data:`VALIDATED` on
     ``(x [N, ...], y [N])`` for each prior precision scale δ of ``deltas`` ``[G]``.
 
     The posterior covariance at δ is Σ(δ) = U diag((λ + δ)⁻¹) Uᵀ, ``basis`` U the covariance root with
     unit ``inv_sd`` (dense ``[P, P]``, ``[P]`` or a :class:`KronRoot`) and ``eigenvalues`` λ ``[P]`` those
     of the prior-whitened GGN, so each input's Jacobian is projected once, (J U)_{kp} ``[N, K, P]``, and
-    J Σ(δ) Jᵀ = (J U) diag((λ + δ)⁻¹) (J U)ᵀ for every δ; ``mean`` ``[P]`` the MAP weights."""
+    J Σ(δ) Jᵀ = (J U) diag((λ + δ)⁻¹) (J U)ᵀ for every δ; ``mean`` ``[P]`` the MAP weights.
+
+    ``"probit"`` and ``"bridge"`` are in closed form.  ``"glm"`` is the Monte Carlo GLM predictive
+    (Immer et al. 2021; laplace-torch's ``gridsearch`` with ``link_approx="mc"``): per input,
+    −log (1/S) Σ_s softmax(μ + R(δ) ε_s)_y with R(δ) the symmetric root of J Σ(δ) Jᵀ ``[K, K]`` and
+    ``num_samples`` S standard normal ε_s ``[K]`` drawn once (a generator seeded by ``seed``) and shared by every
+    δ (common random numbers: the scores of neighbouring δ differ by the predictive, not by the draws)."""
     layout = WeightLayout(bnn)
     inv = (eigenvalues[:, None] + deltas[None, :].to(eigenvalues)).reciprocal().to(mean.dtype)  # [P, G]
     total = torch.zeros(deltas.shape[0], dtype=torch.float64, device=mean.device)
+    generator = torch.Generator(device=mean.device).manual_seed(seed)
     with torch.enable_grad():  # the Jacobians need autograd; nothing else builds a graph (detached)
         for index, f, jac in jacobian_chunks(layout, mean, x):
-            projected = _projected(basis, jac.detach())  # [n, K, P]
+            projected, labels = _projected(basis, jac.detach()), y[index]  # [n, K, P], [n]
             if predictive == "probit":
                 logits = probit_logits(f.unsqueeze(0), (projected.square() @ inv).permute(2, 0, 1))  # [G, n, K]
-            else:
-                logits = torch.stack([bridge_log_alpha(f, (projected * inv[:, g]) @ projected.transpose(-1, -2))
-                                      for g in range(inv.shape[1])])
-            total -= bnn.likelihood.log_prob(logits.detach(), y[index], {}).double().sum(-1)
+                total -= bnn.likelihood.log_prob(logits, labels, {}).double().sum(-1)
+                continue
+            k, size, grid = f.shape[-1], projected.shape[-1], inv.shape[1]
+            glm = predictive == "glm"
+            eps = torch.randn(num_samples, *f.shape, generator=generator, dtype=torch.float64,
+                              device=f.device) if glm else None  # [S, n, K]
+            per_row = max(k * (k + 1) // 2 * size, grid * num_samples * k if glm else 0)
+            for rows in torch.split(torch.arange(f.shape[0], device=f.device), max(1, _ELEMENTS // per_row)):
+                covariance = _logit_covariances(projected[rows], inv)  # [G, r, K, K]
+                if not glm:  # the bridge
+                    log_lik = bnn.likelihood.log_prob(bridge_log_alpha(f[rows], covariance), labels[rows], {})
+                    total -= log_lik.double().sum(-1)
+                else:
+                    total -= _glm_log_density(bnn.likelihood, f[rows], covariance, labels[rows], eps[:, rows])
     return total / x.shape[0]
+
+
+#: elements of the largest intermediate tensor of :func:`validation_nll` per block of rows
+_ELEMENTS = 2**24
+
+
+def _logit_covariances(projected: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """J Σ(δ) Jᵀ ``[G, n, K, K]`` for every δ from ``projected`` J U ``[n, K, P]`` and ``inv`` (λ + δ)⁻¹ ``[P, G]``:
+    the K(K+1)/2 products of pairs of rows of J U (``[n, K(K+1)/2, P]``) weighted by ``inv`` in one matrix
+    product, instead of one pass over J U per δ."""
+    n, k, _ = projected.shape
+    upper = torch.triu_indices(k, k, device=projected.device)
+    entries = ((projected[:, upper[0]] * projected[:, upper[1]]) @ inv).permute(2, 0, 1)  # [G, n, K(K+1)/2]
+    covariance = projected.new_zeros(inv.shape[1], n, k, k)
+    covariance[..., upper[0], upper[1]] = entries
+    covariance[..., upper[1], upper[0]] = entries
+    return covariance
+
+
+def _glm_log_density(likelihood, f: torch.Tensor, covariance: torch.Tensor, y: torch.Tensor,
+                     eps: torch.Tensor) -> torch.Tensor:
+    """``[G]``: Σ_n log (1/S) Σ_s p(y_n | μ_n + R_n(δ) ε_sn) of :func:`validation_nll`'s ``"glm"`` for ``n`` rows:
+    ``f`` μ ``[n, K]``, ``covariance`` J Σ(δ) Jᵀ ``[G, n, K, K]`` (R its symmetric root, by an eigen-decomposition in
+    float64, round-off below 0 clamped), labels ``y`` ``[n]``, standard normal ``eps`` ε ``[S, n, K]``."""
+    values, vectors = torch.linalg.eigh(covariance.double())
+    root = (vectors * values.clamp_min(0.0).sqrt().unsqueeze(-2)) @ vectors.transpose(-1, -2)  # [G, n, K, K]
+    logits = f.double() + torch.einsum("gnkj,snj->gsnk", root, eps)  # [G, S, n, K]
+    grid, draws = logits.shape[:2]
+    log_lik = likelihood.log_prob(logits.reshape(grid * draws, *f.shape), y, {}).double().reshape(grid, draws, -1)
+    return (torch.logsumexp(log_lik, 1) - math.log(draws)).sum(-1)
 
 
 class LinearisedNetwork(BayesianNetwork):

@@ -15,8 +15,9 @@ fits 30 epochs and the variational families four times as many; every other back
 "last" and the last-layer SVI / MC-dropout rows of Ovadia et al. ("LL-SVI", "LL-Dropout").  Laplace's
 default classification predictive is the closed-form probit, one set of probabilities per point, so its MI
 is identically zero; the ``laplace (last, glm)`` row predicts by Monte Carlo over its linearised network,
-which has an MI — with the prior precision of the evidence (``prior_precision="auto"`` is the validation
-search only for the closed-form predictives), so it is not the probit row's posterior.
+which has an MI, with the prior precision of its own validation search (``prior_precision="auto"`` scores the
+Monte Carlo GLM predictive on the held-out rows as it does the probit; before, it took the evidence's δ, which
+left this predictive near-uniform on the training distribution: :mod:`inference.laplace.evidence`).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from torch import nn
 from tests.inference.conftest import flat_linear_draws
 from inference import fit, load_posterior
 from inference.laplace.evidence import VALIDATION_GRID, held_out_folds, held_out_steps, log_evidence
-from inference.laplace.laplace_posterior import KronRoot, LaplacePosterior, bridge_log_alpha, closed_form_nll, probit_logits
+from inference.laplace.laplace_posterior import KronRoot, LaplacePosterior, bridge_log_alpha, probit_logits, validation_nll
 from inference.laplace.curvature import WeightLayout, ggn, kfac
 from inference.evaluation.metrics import evaluate
 from lab.cli import main
@@ -271,7 +271,8 @@ def test_cli_last_layer_laplace_writes_metrics_and_a_loo_readable_netcdf(tmp_pat
     ({"validation_folds": 5, "validation_fraction": 0.3}, "validation_fraction applies to one held-out split"),
     ({"validation_folds": 5}, "prior_precision='auto' is 'marglik' here"),
     ({"prior_precision_grid": [1.0]}, "prior_precision='auto' is 'marglik' here"),  # regression: auto is marglik
-    ({"prior_precision": "validation"}, "scores the closed-form classification predictives"),
+    ({"prior_precision": "validation"}, "scores a classifier's held-out NLL; this model's GaussianLikelihood is for "
+                                         "regression: use prior_precision='marglik'"),
 ])
 def test_bad_options_are_clear_errors(conjugate_regression, options, message):
     c = conjugate_regression
@@ -453,7 +454,7 @@ def test_validation_scores_are_the_closed_form_predictive_nll_at_each_delta(pred
     posts = [fit(bnn, x, y, prior_precision=delta, **kwargs) for delta in (0.5, 4.0)]
     g = torch.linalg.inv(posts[0].covariance.double()) - 0.5 * torch.eye(posts[0].mean.numel(), dtype=torch.float64)
     eigenvalues, vectors = torch.linalg.eigh(g)  # Σ(δ) = V diag(1/(λ + δ)) Vᵀ (prior N(0, 1): P₀ = 1)
-    scores = closed_form_nll(bnn, posts[0].mean, vectors.float(), eigenvalues, torch.tensor([0.5, 4.0]), x, y,
+    scores = validation_nll(bnn, posts[0].mean, vectors.float(), eigenvalues, torch.tensor([0.5, 4.0]), x, y,
                              predictive)
     expected = [-float(p.predict(x, y=y).log_predictive_density().mean()) for p in posts]
     assert scores.tolist() == pytest.approx(expected, rel=1e-4)
@@ -462,7 +463,7 @@ def test_validation_scores_are_the_closed_form_predictive_nll_at_each_delta(pred
 @pytest.mark.parametrize("options, message", [
     ({"init": "current"}, "fits the MAP on part of the data"),
     ({"map_steps": 0}, "fits the MAP on part of the data"),
-    ({"predictive": "glm"}, "scores the closed-form classification predictives"),
+    ({"predictive": "sample"}, "scores the probit, bridge and glm predictives; predictive is 'sample'"),
     ({"validation_fraction": 0.99}, "leaves 0 to fit and 48 to validate"),
     ({"validation_folds": 49}, "validation_folds 49 needs at least 49 training rows, got 48"),
 ])
