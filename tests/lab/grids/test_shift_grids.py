@@ -90,6 +90,10 @@ def test_the_shift_grids_hold_every_backend_and_seed():
         assert splits == {("gap", k) for k in range(features)} | {("standard", k) for k in range(3)}
     assert set(BUNDLED_UCI) >= {"yacht", "energy", "concrete"}
     assert len({r.key for r in gap}) == len(gap)
+    # a grid's samplers run without the new user's time budget (it stopped every digits SG-MCMC run at 120 s)
+    for run in rotation + gap:
+        if run.spec.backend in {"nuts", "hmc", "sgld", "psgld", "sghmc", "csgmcmc"}:
+            assert run.spec.backend_options["time_budget"] is None, run.key
 
 
 def _summary(rows):
