@@ -33,6 +33,10 @@ def test_grid_covers_every_backend_on_the_built_references(root, monkeypatch, ca
     assert {r.labels["seed"] for r in runs} == {0, 1, 2}
     assert len(fidelity_grid(True, None)) == len(BACKENDS)  # --fast: seed 0, defaults
     assert tuned_options("hmc", 40) is None
+    # the defaults are the backend's own, without a sampler's wall-clock guard (load, not the algorithm)
+    defaults = {r.spec.backend: r.spec.backend_options for r in runs if r.labels["setting"] == "defaults"}
+    assert defaults["nuts"] == {"time_budget": None} and defaults["sgld"] == {"time_budget": None}
+    assert defaults["svi"] == {} and defaults["map"] == {}
 
 
 def test_a_grid_run_fits_the_reference_data_and_is_scored(root, monkeypatch, tmp_path):
