@@ -106,7 +106,7 @@ def _fit_record(posterior, seconds: float) -> dict:
             "warmup_divergences": info.get("warmup_divergences"),
             "tree_depth_saturated": info.get("tree_depth_saturated"),
             "tree_depth_mean": float(stats["tree_depth"].float().mean()) if "tree_depth" in stats else None,
-            "step_size": info.get("step_size"), "num_random": info.get("num_random")}
+            "step_size": info.get("step_size"), "num_random": info.get("num_random"), "metric": info.get("metric")}
 
 
 def _half(problem, data, grid, half: str, sampler: dict, fits: int, progress: bool) -> tuple[dict, list]:
