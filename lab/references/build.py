@@ -106,7 +106,9 @@ def _fit_record(posterior, seconds: float) -> dict:
             "warmup_divergences": info.get("warmup_divergences"),
             "tree_depth_saturated": info.get("tree_depth_saturated"),
             "tree_depth_mean": float(stats["tree_depth"].float().mean()) if "tree_depth" in stats else None,
-            "step_size": info.get("step_size"), "num_random": info.get("num_random")}
+            # log π of the kept draws per chain (one model, so comparable across fits: fits in different modes show)
+            "log_density_mean": stats["lp"].double().mean(-1).tolist() if "lp" in stats else None,
+            "step_size": info.get("step_size"), "num_random": info.get("num_random"), "metric": info.get("metric")}
 
 
 def _half(problem, data, grid, half: str, sampler: dict, fits: int, progress: bool) -> tuple[dict, list]:
@@ -158,7 +160,8 @@ def build_reference(problem, out=None, *, sampler: Optional[dict] = None, fits: 
         halves, records = {}, {}
         for half in HALVES:
             halves[half], records[half] = _half(problem, data, grid, half, sampler, fits, progress)
-        diagnostics = {half: predictive_diagnostics(halves[half]) for half in HALVES}
+        chains_per_fit = int(sampler["num_chains"]) if fits > 1 and int(sampler["num_chains"]) >= 2 else None
+        diagnostics = {half: predictive_diagnostics(halves[half], chains_per_fit) for half in HALVES}
         floor = _score(data.task, halves["b"], halves["a"])
         arrays = {f"{half}/{key}": value for half in HALVES for key, value in halves[half].items()}
         arrays.update({"x_test": data.x_test.float().numpy(), "y_test": data.y_test_original().numpy()})

@@ -18,7 +18,7 @@ from torch import nn
 from tests.inference.conftest import flat_linear_draws, make_conjugate_regression
 from tests.zoo.test_user_networks import GRUNet, _data
 from inference import NonFiniteLossError, fit, load_posterior
-from inference.mcmc.adaptation import adaptation_windows, welford_covariance
+from inference.mcmc.adaptation import adaptation_windows, shrink_correlations, welford_covariance
 from inference.evaluation.diagnostics import convergence_metrics, convergence_warning
 from inference.mcmc import compilation
 from inference.mcmc.compilation import LazyCompile, compile_blocker, eager_budget, interruptible, should_compile
@@ -367,6 +367,8 @@ def test_welford_inverse_mass_per_chain_and_pooled(dense):
 
     def regularised(cov, n):
         shrink = 1e-3 * 5 / (n + 5)
+        if dense:  # the correlations shrunk towards the diagonal first (shrink_correlations)
+            cov = shrink_correlations(cov, n)[0]
         return n / (n + 5) * cov + (shrink * torch.eye(4) if dense else shrink)
 
     def cov(x):

@@ -175,6 +175,15 @@ def test_predictive_diagnostics_on_known_chains():
     assert good["rhat_max"] < 1.01 and 1500 < good["ess_bulk_min"] <= 2600
     assert good["by_quantity"]["test/scale"]["constant"] == 2 and good["by_quantity"]["test/loc"]["quantities"] == 3
     assert predictive_diagnostics({"test/loc": stuck})["rhat_max"] > 1.3  # one chain 3 sd away
+    # two fits of two chains, each fit mixing but the second 3 sd away: within each fit R-hat ≈ 1, over the half not
+    modes = iid + np.array([0, 0, 3.0, 3.0]).reshape(4, 1, 1, 1)
+    split = predictive_diagnostics({"test/loc": modes}, chains_per_fit=2)
+    assert split["rhat_max"] > 1.3 and len(split["within_fits"]) == 2
+    assert all(fit["rhat_max"] < 1.01 and fit["ess_bulk_min"] > 500 for fit in split["within_fits"])  # 1 000 iid draws
+    assert max(fit["rhat_max"] for fit in predictive_diagnostics({"test/loc": stuck}, 2)["within_fits"]) > 1.3
+    for bad in (1, 3):
+        with pytest.raises(ValueError, match="chains_per_fit"):
+            predictive_diagnostics({"test/loc": iid}, chains_per_fit=bad)
     with pytest.raises(ValueError, match="at least 2 chains"):
         predictive_diagnostics({"test/loc": iid[:1]})
     with pytest.raises(ValueError, match="share"):
