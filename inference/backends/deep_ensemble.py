@@ -75,7 +75,7 @@ from inference.posterior import SamplePosterior
 from inference.backends.base import Backend
 
 __all__ = ["DeepEnsembleConfig", "DeepEnsembleBackend", "adversarial_default", "max_epochs", "chooses_epochs",
-           "lr_schedule_of", "PAPER_EPOCHS", "MAX_STEPS", "PROTOCOLS", "LR_SCHEDULES"]
+           "PAPER_EPOCHS", "MAX_STEPS", "PROTOCOLS"]
 
 #: the paper's epochs per member on the UCI sets (Lakshminarayanan et al. 2017, Section 3.3)
 PAPER_EPOCHS = 40
@@ -83,8 +83,6 @@ PAPER_EPOCHS = 40
 MAX_STEPS = 2000
 #: ``protocol`` values: the backend's defaults, or the paper's budget at every data size
 PROTOCOLS = ("default", "lakshminarayanan2017")
-#: ``lr_schedule`` values: a cosine decay over each member's steps, or the paper's fixed rate
-LR_SCHEDULES = ("cosine", "constant")
 
 
 @dataclass
@@ -104,11 +102,7 @@ class DeepEnsembleConfig(EarlyStoppingOptions):
             the members are unregularised maximum-likelihood fits at a constant rate, whose held-out maximum
             already comes early, e.g. 10–22 of 40 epochs on the 8 192-row robot arm).
         batch_size: minibatch size (``None``: full batch).
-        lr: Adam's learning rate (the paper's 0.1 diverges here; see the module docstring).
-        lr_schedule: ``"cosine"`` (decay to ``lr · lr_final_factor`` over the member's steps) or ``"constant"``
-            (the paper's fixed rate); ``None``: cosine, constant under ``protocol="lakshminarayanan2017"``
-            (:func:`lr_schedule_of`).
-        lr_final_factor: the cosine schedule's final rate as a fraction of ``lr``.
+        lr: Adam's fixed learning rate (the paper's 0.1 diverges here; see the module docstring).
         adversarial: train on x and its fast-gradient-sign perturbation x' (``None``: as the paper's
             experiments, for a classification likelihood only).
         epsilon: ε as a fraction of each input's training range.
@@ -123,8 +117,6 @@ class DeepEnsembleConfig(EarlyStoppingOptions):
     selection: str = "best"
     batch_size: Optional[int] = 100
     lr: float = 0.01
-    lr_schedule: Optional[str] = None
-    lr_final_factor: float = 0.1
     adversarial: Optional[bool] = None
     epsilon: float = 0.01
     prior: bool = False
@@ -147,10 +139,6 @@ class DeepEnsembleConfig(EarlyStoppingOptions):
             raise ValueError(f"batch_size must be at least 1 (or None for full batch), got {self.batch_size}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
-        if not (math.isfinite(self.lr_final_factor) and 0 < self.lr_final_factor <= 1):
-            raise ValueError(f"lr_final_factor must be in (0, 1], got {self.lr_final_factor}")
         if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
             raise ValueError(f"epsilon (the FGSM step as a fraction of each input's range) must be a non-negative "
                              f"number, e.g. 0.01 as in Lakshminarayanan et al. 2017; got {self.epsilon}")
@@ -181,16 +169,6 @@ def max_epochs(config: DeepEnsembleConfig, num_data: int) -> int:
     return max(PAPER_EPOCHS, math.ceil(int(config.max_steps) / math.ceil(num_data / batch)))
 
 
-def lr_schedule_of(config: DeepEnsembleConfig) -> str:
-    """The members' learning-rate schedule: ``config.lr_schedule``, else the paper's fixed rate under its protocol and
-    a cosine decay by default.  At a fixed rate a member's last iterate stays in Adam's noise ball: on UCI energy
-    (8-50-1, rate 0.01) members ended at training RMSE 0.40–0.58 against the ``map`` fit's 0.33, each member's
-    noise absorbing its own misfit while the members' spread grew with it (90 % coverage 0.987; issue 38)."""
-    if config.lr_schedule is not None:
-        return config.lr_schedule
-    return "constant" if config.protocol == "lakshminarayanan2017" else "cosine"
-
-
 def adversarial_default(bnn) -> bool:
     """Whether the paper's experiments train ``bnn``'s kind of model adversarially: its classification
     experiments do, its regression table (ML-5) does not (Lakshminarayanan et al. 2017, Appendix A.1)."""
@@ -211,8 +189,7 @@ class DeepEnsembleBackend(Backend):
         started = time.perf_counter()
         choose = chooses_epochs(config)
         config = replace(config, adversarial=adversarial_default(bnn) if config.adversarial is None
-                         else config.adversarial, epochs=max_epochs(config, x.shape[0]), early_stopping=choose,
-                         lr_schedule=lr_schedule_of(config))
+                         else config.adversarial, epochs=max_epochs(config, x.shape[0]), early_stopping=choose)
         if config.adversarial and not x.is_floating_point():
             raise ValueError("adversarial training perturbs the inputs along their gradient, but x is not floating "
                              f"point ({x.dtype}); use adversarial=False")

@@ -17,7 +17,7 @@ particle averaging, non-finite checks).  The objective per minibatch is
   Linear/Conv layer's weight is fully random; weight sampling elsewhere.
 * ``sparse-vd`` — sparse variational dropout (Molchanov, Ashukha & Vetrov 2017), LRT by default.
 * ``kingma-vd`` — variational dropout with α ≤ 1 (Kingma, Salimans & Welling 2015), LRT by default.
-  Both train for a length set by the data size (:class:`DropoutVDConfig`: at least 10 000 steps, a
+  Both train for a length set by the data size (:class:`DropoutVDConfig`: at least 5000 steps, a
   quarter of the epochs as pretraining; ``protocol="paper"`` keeps the fixed 200 epochs).
 * ``radial`` — the Radial AutoGuide (Farquhar, Osborne & Gal 2020); its prior cross-entropy is
   exact by default, or estimated from ``mc_kl_samples`` = M draws with the ``"reparameterized"``
@@ -26,10 +26,6 @@ particle averaging, non-finite checks).  The objective per minibatch is
   (:meth:`AutoRadial.elbo_terms`, no Pyro traces, the same random numbers and estimator) wherever
   the model's Pyro program is the stock one, else ``"pyro-trace"``
   (:func:`inference.variational.elbo.elbo_terms`); ``info["elbo_path"]`` records it.
-
-Every backend here (and ``svi``) trains by default for a length from the data size
-(:class:`~inference.optim.training.ELBOLoopOptions`: at least 10 000 steps and 200 epochs; a given ``epochs`` is
-kept).
 
 Per-layer sparsity (the family's pruning rule, see :mod:`inference.variational.pruning`) is
 computed after every epoch, shown in the progress bar and stored in

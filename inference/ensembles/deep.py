@@ -112,9 +112,7 @@ def train_members(members: StackedMembers, start: dict, x, y, config, seeds: lis
                   progress: bool, desc: str, stop=None):
     """Train the members ``start`` ``{site: [M, ...]}`` (member m shuffles with ``seeds[m]``).
 
-    ``config`` has ``epochs``, ``batch_size``, ``lr``, ``lr_schedule`` (``"cosine"``: decay to
-    ``lr · lr_final_factor`` over the ``epochs``; else the fixed rate) and ``adversarial`` (the ``deep-ensemble``
-    config, resolved by its backend);
+    ``config`` has ``epochs``, ``batch_size``, ``lr`` and ``adversarial`` (the ``deep-ensemble`` config);
     ``epsilon`` is :func:`fgsm_epsilon`'s ε (``None`` without adversarial training); ``extra_params`` are
     further parameters Adam steps (shared deterministic parameters); ``stop(epoch, values)``, called after each
     epoch with the first member's site values (constrained), ends the training when it returns ``True``.
@@ -129,11 +127,6 @@ def train_members(members: StackedMembers, start: dict, x, y, config, seeds: lis
     optimizer = torch.optim.Adam(params, lr=config.lr)
     num_data, count = x.shape[0], len(seeds)
     batch = num_data if config.batch_size is None else min(int(config.batch_size), num_data)
-    scheduler = None
-    if config.lr_schedule == "cosine":
-        total_steps = int(config.epochs) * -(-num_data // batch)
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(total_steps, 1),
-                                                               eta_min=config.lr * config.lr_final_factor)
     generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
     histories = [[] for _ in seeds]
     step = 0
@@ -158,8 +151,6 @@ def train_members(members: StackedMembers, start: dict, x, y, config, seeds: lis
             if not all(torch.isfinite(p.grad).all() for p in params if p.grad is not None):
                 return values, histories, NonFiniteLossError(step, "the gradient of a deep-ensemble member")
             optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
             sums += loss.detach() * index.shape[1]
             step += 1
         for m in range(count):
