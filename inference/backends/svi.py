@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from inference.backends.base import Backend
-from inference.optim.batches import as_batches
-from inference.optim.training import ELBOLoopOptions
+from inference.optim.training import LoopOptions
 from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo_paths import check_elbo_path, choose_elbo_path, elbo_particle, elbo_path_info
 from inference.variational.fit import fit_guide
@@ -34,9 +33,8 @@ __all__ = ["SVIConfig", "SVIBackend"]
 
 
 @dataclass
-class SVIConfig(ELBOLoopOptions):
-    """Options of the SVI backend: :class:`~inference.optim.training.ELBOLoopOptions` (the training length from
-    the data size: ``epochs`` ``None`` takes at least 10 000 steps and 200 epochs) plus the guide.
+class SVIConfig(LoopOptions):
+    """Options of the SVI backend: :class:`~inference.optim.training.LoopOptions` plus the guide.
 
     Attributes:
         guide: a name in :data:`inference.variational.guides.GUIDES`.
@@ -66,7 +64,6 @@ class SVIBackend(Backend):
     stacks_weight_priors = True
 
     def run(self, bnn, x, y, config: SVIConfig, seed: int, progress: bool) -> VariationalPosterior:
-        config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)  # epochs from the data size
         guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
         path, reason = choose_elbo_path(bnn, config)
         info = elbo_path_info(path, reason)

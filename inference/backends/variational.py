@@ -41,7 +41,7 @@ from typing import ClassVar, Optional
 
 from inference.backends.base import Backend
 from inference.optim.batches import as_batches
-from inference.optim.training import ELBO_MIN_STEPS, ELBOLoopOptions, data_size_epochs
+from inference.optim.training import LoopOptions
 from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo_paths import check_elbo_path, elbo_particle, elbo_path_info, resolve_elbo_path
 from inference.variational.families import get_family
@@ -73,14 +73,13 @@ __all__ = [
 VD_PROTOCOLS = ("data-size", "paper")
 #: epochs of the ``"paper"`` budget, and the least of ``"data-size"``
 PAPER_EPOCHS = 200
-#: optimisation steps the ``"data-size"`` budget trains for at least (every ELBO backend's, :class:`ELBOLoopOptions`)
-MIN_STEPS = ELBO_MIN_STEPS
+#: optimisation steps the ``"data-size"`` budget trains for at least
+MIN_STEPS = 5000
 
 
 @dataclass
-class MeanFieldConfig(ELBOLoopOptions):
-    """Options shared by the mean-field family backends: :class:`~inference.optim.training.ELBOLoopOptions` (the
-    training length from the data size: at least 10 000 steps and 200 epochs unless ``epochs`` is given) plus
+class MeanFieldConfig(LoopOptions):
+    """Options shared by the mean-field family backends: :class:`~inference.optim.training.LoopOptions` plus
 
     Attributes:
         estimator: ``"weights"`` (one draw of all weights per step) or ``"lrt"`` (local
@@ -140,7 +139,7 @@ class DropoutVDConfig(MeanFieldConfig):
     Attributes:
         protocol: ``"data-size"`` (default) — ``epochs`` ``None`` is the papers' 200, or more on small
             data so that the fit takes at least ``min_steps`` optimisation steps
-            (``max(200, ⌈min_steps / steps per epoch⌉)``, as every ELBO backend), and ``pretrain_epochs`` ``None`` a quarter of
+            (``max(200, ⌈min_steps / steps per epoch⌉)``), and ``pretrain_epochs`` ``None`` a quarter of
             them (deterministic pretraining: the guide's means start at the pretrained weights, as
             Molchanov, Ashukha & Vetrov 2017 start from a pretrained network; a model with a trained
             deterministic body, a last-layer model, and a learned noise pretrains for the epochs of the best held-out
@@ -148,16 +147,17 @@ class DropoutVDConfig(MeanFieldConfig):
             :func:`inference.variational.fit.fit_guide`'s ``held_out_body``); or ``"paper"`` — the fixed
             budget these backends had before issue 38, whatever the data size: 200 epochs from the
             network's own initialisation (``pretrain_epochs`` ``None`` is 0).  Given values are kept.
-        min_steps: the optimisation steps ``"data-size"`` trains for at least (default 10 000,
-            :data:`~inference.optim.training.ELBO_MIN_STEPS`; 200 epochs of batch 64 on 200 points are only 800;
-            on UCI energy 5 000 left ``kingma-vd`` over every weight covering 0.987 at 90 %, 10 000 0.961).
+        min_steps: the optimisation steps ``"data-size"`` trains for at least (default 5000, the
+            command line's target; 200 epochs of batch 64 on 200 points are only 800).
     """
 
     estimator: str = "lrt"
     lr: float = 3e-3
     kl_anneal_epochs: int = 100
+    epochs: Optional[int] = None
     pretrain_epochs: Optional[int] = None
     protocol: str = "data-size"
+    min_steps: int = MIN_STEPS
 
     @property
     def own_budget(self) -> bool:
@@ -168,8 +168,8 @@ class DropoutVDConfig(MeanFieldConfig):
         """This config with ``epochs`` and ``pretrain_epochs`` filled in for ``steps_per_epoch`` steps per epoch."""
         epochs, pretrain_epochs = self.epochs, self.pretrain_epochs
         if epochs is None:
-            epochs = PAPER_EPOCHS if self.protocol == "paper" else data_size_epochs(self.min_steps, steps_per_epoch,
-                                                                                  PAPER_EPOCHS)
+            epochs = PAPER_EPOCHS if self.protocol == "paper" else max(
+                PAPER_EPOCHS, math.ceil(self.min_steps / max(1, steps_per_epoch)))
         if pretrain_epochs is None:
             pretrain_epochs = 0 if self.protocol == "paper" else epochs // 4
         return dataclasses.replace(self, epochs=epochs, pretrain_epochs=pretrain_epochs)
@@ -177,6 +177,8 @@ class DropoutVDConfig(MeanFieldConfig):
     def validate(self):
         if self.protocol not in VD_PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r} of {self.FAMILY}; valid: {', '.join(VD_PROTOCOLS)}")
+        if int(self.min_steps) < 1:
+            raise ValueError(f"min_steps must be at least 1, got {self.min_steps}")
         MeanFieldConfig.validate(self.resolved(1))  # the other options, at a stand-in data size
 
 
@@ -195,9 +197,8 @@ class KingmaVDConfig(DropoutVDConfig):
 
 
 @dataclass
-class RadialConfig(ELBOLoopOptions):
-    """Options of the ``radial`` backend: :class:`~inference.optim.training.ELBOLoopOptions` (the training length
-    from the data size) plus
+class RadialConfig(LoopOptions):
+    """Options of the ``radial`` backend: :class:`~inference.optim.training.LoopOptions` plus
 
     Attributes:
         mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1); giving it
@@ -225,8 +226,8 @@ class RadialConfig(ELBOLoopOptions):
 class _VariationalBackend(Backend):
     """Shared run(): the family's guide and particle through :func:`~inference.variational.fit.fit_guide`,
     with sparsity tracking by the family's pruning rule.  Subclasses set ``guide_name`` and define
-    ``_guide_kwargs(config)``, ``_particle(bnn, config)`` and ``_extra_info(bnn, guide, config)``; the config's
-    ``resolved(steps_per_epoch)`` sets the training length from the data size (:class:`ELBOLoopOptions`)."""
+    ``_guide_kwargs(config)``, ``_particle(bnn, config)`` and ``_extra_info(bnn, guide, config)``; a config
+    with ``resolved(steps_per_epoch)`` (:class:`DropoutVDConfig`) gets its training length from the data."""
 
     guide_name = ""
     budget = "elbo"
@@ -238,7 +239,8 @@ class _VariationalBackend(Backend):
                 f"backend {self.name!r} needs random weights but the model has none (stochastic='none'); "
                 f"choose stochastic='all', 'last' or a module pattern, or use backend 'svi' for the deterministic net"
             )
-        config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)  # epochs from the data size
+        if isinstance(config, DropoutVDConfig):
+            config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)
         return fit_guide(
             self.name, bnn, x, y, config, seed, progress, self.guide_name, self._guide_kwargs(config),
             self._particle(bnn, config), info=lambda guide: self._extra_info(bnn, guide, config),

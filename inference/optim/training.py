@@ -23,7 +23,6 @@ The whole variational fit around the loop (seed, pretraining, guide, posterior) 
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -36,8 +35,7 @@ from inference.optim.checks import check_choice, check_positive
 from inference.optim.latent_fit import fit_latents, network_outputs
 from inference.optim.lean_adam import LeanAdam, gradient_norm
 
-__all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "ELBOLoopOptions", "ELBO_MIN_STEPS", "ELBO_MIN_EPOCHS",
-           "data_size_epochs", "LR_SCHEDULES", "OPTIMIZERS", "HISTORY_KEYS",
+__all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "LR_SCHEDULES", "OPTIMIZERS", "HISTORY_KEYS",
            "OBJECTIVES", "kl_weight", "lr_scheduler", "pretrain", "average_particles", "optimiser_step",
            "run_training_loop"]
 
@@ -140,49 +138,6 @@ class LoopOptions(OptimiserOptions):
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         if not (math.isfinite(self.init_scale) and self.init_scale > 0):
             raise ValueError(f"init_scale must be positive, got {self.init_scale}")
-
-
-#: the least optimisation steps of an ELBO fit's default training length (:class:`ELBOLoopOptions`)
-ELBO_MIN_STEPS = 10_000
-#: the least epochs of that length (the variational backends' fixed budget before issue 38)
-ELBO_MIN_EPOCHS = 200
-
-
-def data_size_epochs(min_steps: int, steps_per_epoch: int, min_epochs: int = ELBO_MIN_EPOCHS) -> int:
-    """``max(min_epochs, ⌈min_steps / steps_per_epoch⌉)``: epochs that take at least ``min_steps`` steps."""
-    return max(int(min_epochs), math.ceil(int(min_steps) / max(1, int(steps_per_epoch))))
-
-
-@dataclass
-class ELBOLoopOptions(LoopOptions):
-    """:class:`LoopOptions` whose training length comes from the data size (the variational backends).
-
-    A fixed number of epochs is a number of optimisation steps that shrinks with the data: 200 epochs of
-    batch 64 are 2 200 Adam steps on UCI energy's 691 rows, where the mean-field ELBO of its 8-50-1 network is
-    still rising by hundreds of nats (−300 at 200 epochs, +190 at 910, +370 at 3 000, ``svi`` over every
-    weight) and the fit is that of a q not yet converged: its function variance not yet shrunk, the learned
-    noise inflated by the misfit (noise sd 1.29 against 0.54 at convergence, 90 % coverage 1.00 against
-    0.96).  So ``epochs`` ``None`` (default) is :func:`data_size_epochs`: at least ``min_steps`` steps and
-    at least 200 epochs; a given ``epochs`` is kept.
-
-    Attributes:
-        epochs: passes over the data (``None``: from the data size, :meth:`resolved`).
-        min_steps: the optimisation steps the default length takes at least (:data:`ELBO_MIN_STEPS`).
-    """
-
-    epochs: Optional[int] = None
-    min_steps: int = ELBO_MIN_STEPS
-
-    def resolved(self, steps_per_epoch: int) -> "ELBOLoopOptions":
-        """This config with ``epochs`` filled in for ``steps_per_epoch`` optimisation steps per epoch."""
-        if self.epochs is not None:
-            return self
-        return dataclasses.replace(self, epochs=data_size_epochs(self.min_steps, steps_per_epoch))
-
-    def validate(self):
-        if int(self.min_steps) < 1:
-            raise ValueError(f"min_steps must be at least 1, got {self.min_steps}")
-        LoopOptions.validate(self.resolved(1))  # the other options, at a stand-in data size
 
 
 def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:

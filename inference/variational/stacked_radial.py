@@ -39,7 +39,7 @@ from inference.variational.guides import normal_prior_blocker, stock_model_block
 from inference.variational.pruning import guide_sparsity
 from inference.variational.radial import radial_noise
 from inference.variational.radial_kl import radial_exact_kl_rows, resolve_mc_kl
-from inference.variational.stacked_svi import latent_draw, stacked_guides, stacked_noise, stacked_normal_priors, stacked_resolved
+from inference.variational.stacked_svi import latent_draw, stacked_guides, stacked_noise, stacked_normal_priors
 from inference.variational.posterior import VariationalPosterior
 
 __all__ = ["fit_radial_stacked", "radial_stack_blocker"]
@@ -68,7 +68,6 @@ def fit_radial_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, s
     :class:`~inference.backends.variational.RadialConfig` whose estimator resolves to ``"exact"``.
     """
     started = time.perf_counter()
-    config = stacked_resolved(config, xs)  # epochs from the data size, as one fit's
     template, count = bnns[0], len(bnns)
     guide_kwargs = {"init_scale": config.init_scale, "mc_kl_samples": config.mc_kl_samples,
                     "mc_kl_estimator": config.mc_kl_estimator}

@@ -44,7 +44,7 @@ from inference.variational.guides import build_guide
 from inference.variational.latents import normal_prior_params
 from inference.variational.posterior import VariationalPosterior
 
-__all__ = ["fit_svi_stacked", "svi_stack_blocker", "pretrain_stacked", "stacked_guides", "stacked_resolved", "stacked_noise",
+__all__ = ["fit_svi_stacked", "svi_stack_blocker", "pretrain_stacked", "stacked_guides", "stacked_noise",
            "stacked_normal_priors", "latent_draw"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -100,13 +100,6 @@ def pretrain_stacked(bnns: list, data: StackedBatches, epochs: int, lr: float) -
         for k in range(count):
             fitted[k].update(fit_latents(template.likelihood, f[k], y[k], start))
     return fitted
-
-
-def stacked_resolved(config, xs: torch.Tensor):
-    """``config`` with its training length for the stacked fits' data ``xs`` ``[K, N, ...]``
-    (:meth:`~inference.optim.training.ELBOLoopOptions.resolved`: what each fit alone would train for)."""
-    num_data = xs.shape[1]
-    return config.resolved(math.ceil(num_data / (config.batch_size or num_data)))
 
 
 def stacked_guides(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seeds: list, guide_name: str,
@@ -182,7 +175,6 @@ def fit_svi_stacked(bnns: list, xs: torch.Tensor, ys: torch.Tensor, config, seed
     :class:`~inference.backends.svi.SVIConfig` with the ``normal`` guide.
     """
     started = time.perf_counter()
-    config = stacked_resolved(config, xs)  # epochs from the data size, as one fit's
     template, count = bnns[0], len(bnns)
     guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
     data, guides, noise_generators = stacked_guides(bnns, xs, ys, config, seeds, config.guide, guide_kwargs)

@@ -16,10 +16,10 @@ from zoo.data import make_moons_dataset
 
 @pytest.mark.parametrize("backend", ["sparse-vd", "kingma-vd"])
 @pytest.mark.parametrize("rows, batch, epochs, pretrain", [
-    (200, 64, 2500, 625),       # 4 steps per epoch: 10 000 steps need 2 500 epochs
-    (691, 64, 910, 227),        # UCI energy's training split
-    (64000, 64, 200, 50),       # 1 000 steps per epoch: the papers' 200 epochs are more than enough
-    (200, None, 10000, 2500),   # full batch: one step per epoch
+    (200, 64, 1250, 312),     # 4 steps per epoch: 5000 steps need 1250 epochs
+    (614, 64, 500, 125),      # UCI energy's training split
+    (20000, 64, 200, 50),     # 313 steps per epoch: the papers' 200 epochs are more than enough
+    (200, None, 5000, 1250),  # full batch: one step per epoch
 ])
 def test_the_data_size_sets_the_epochs(backend, rows, batch, epochs, pretrain):
     config = parse_config(BACKENDS[backend], {"batch_size": batch})
@@ -32,7 +32,7 @@ def test_the_data_size_sets_the_epochs(backend, rows, batch, epochs, pretrain):
 def test_given_values_and_the_paper_protocol_are_kept():
     engine = BACKENDS["sparse-vd"]
     assert parse_config(engine, {"epochs": 30}).resolved(4).pretrain_epochs == 7  # a quarter of the given epochs
-    assert parse_config(engine, {"pretrain_epochs": 0}).resolved(4).epochs == 2500
+    assert parse_config(engine, {"pretrain_epochs": 0}).resolved(4).epochs == 1250
     paper = parse_config(engine, {"protocol": "paper"}).resolved(4)
     assert (paper.epochs, paper.pretrain_epochs) == (200, 0)
     assert parse_config(engine, {"min_steps": 400}).resolved(4).epochs == 200
