@@ -16,12 +16,15 @@ then SGD with momentum collecting snapshots.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import pyro
 import torch
 
 from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
+from inference.optim.map import fit_map
 from inference.ensembles.initialisation import member_initial_values
 from inference.optim.batches import minibatches
 from inference.optim.potential import Potential, frozen_deterministic
@@ -32,8 +35,10 @@ __all__ = ["swag_iterates", "burnin_epochs_of"]
 
 def burnin_epochs_of(config) -> int:
     """The burn-in's epochs: ``config.burnin_epochs``, else (``None``) the ``ensemble`` backend's members' epochs
-    (:class:`~inference.ensembles.map_members.EnsembleOptions`, 200), or the SWAG phase's where more, so that each
-    member starts SWAG from the fit that backend returns: SWAG summarises SGD iterates around a trained solution
+    (:class:`~inference.ensembles.map_members.EnsembleOptions`, 200), or the SWAG phase's where more — and then, as
+    that backend does for a variance head or a trained body that sets a learned noise, at most that many, chosen on
+    held-out rows (:func:`~inference.optim.early_stopping.choose_epochs`) — so that each member starts SWAG from the
+    fit that backend returns: SWAG summarises SGD iterates around a trained solution
     (Maddox et al. 2019 start from a pretrained network; MultiSWAG is SWAG around each deep-ensemble member, Wilson &
     Izmailov 2020).  The SWAG phase's 100 epochs left members from fresh starts underfitted (UCI energy, 8-50-1:
     training RMSE 0.39–0.96 against 0.32–0.34), their iterates drifting, so the SWAG covariances and the members'
@@ -58,6 +63,12 @@ def swag_iterates(bnn, x, y, config, seed: int, progress: bool, potential: Poten
         burn_in = EnsembleOptions(epochs=burnin_epochs, batch_size=config.batch_size, lr=config.burnin_lr,
                                   num_members=num_members, workers=int(getattr(config, "workers", 1)),
                                   executor=getattr(config, "executor", "local"))
+        held_out = EarlyStoppingOptions()
+        if config.burnin_epochs is None and uses_early_stopping(bnn, held_out, x):  # as the ensemble backend chooses
+            epochs, _ = choose_epochs(
+                lambda xk, yk, stop: fit_map(bnn, xk, yk, burn_in, seed, False, desc="swag burn-in (held-out epochs)",
+                                             stop=stop), bnn, x, y, burnin_epochs, held_out, seed)
+            burn_in = replace(burn_in, epochs=epochs)
         starts = fit_ensemble(bnn, x, y, burn_in, seed, progress).draws  # {site: [M, 1, ...]}
         z = potential.pack({name: value[:, 0] for name, value in starts.items()})
     else:
