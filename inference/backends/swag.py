@@ -37,8 +37,9 @@ class SWAGConfig:
         max_rank: K, the deviation columns kept (needs K ≥ 2 and at least K snapshots).
         diag: SWAG-Diagonal (no low-rank part).
         num_samples: draws per member.
-        burnin_epochs, burnin_lr: the Adam burn-in (MAP fit) before the SWAG phase (``None``: as many
-            epochs as the SWAG phase; a short burn-in leaves the noise precision far from its optimum).
+        burnin_epochs, burnin_lr: the Adam burn-in (MAP fit) before the SWAG phase (``None``: the ``ensemble``
+            backend's members' 200 epochs, or the SWAG phase's where more, :func:`inference.swag.sgd.burnin_epochs_of`;
+            a short burn-in leaves the members underfitted and the noise precision far from its optimum).
         batchnorm: networks with BatchNorm only: refresh its statistics per ``"draw"`` (Maddox et al.
             2019) or once per member at θ̄ (``"mean"``).
     """

@@ -25,8 +25,9 @@ __all__ = ["fit_latents", "fit_predictive_latents", "network_outputs", "latents_
 
 
 def fit_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str, torch.Tensor],
-                max_iter: int = 200) -> dict[str, torch.Tensor]:
-    """The MAP of ``likelihood``'s latents for fixed outputs (see the module docstring).
+                max_iter: int = 200, use_prior: bool = True) -> dict[str, torch.Tensor]:
+    """The MAP of ``likelihood``'s latents for fixed outputs (see the module docstring); with ``use_prior=False``
+    their maximum-likelihood value (the log prior left out: a maximum-likelihood fit's own latents).
 
     Args:
         likelihood: a :class:`~zoo.likelihoods.Likelihood`; its latents are its
@@ -40,7 +41,7 @@ def fit_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str
     """
     f64, y64 = f.detach().double().unsqueeze(0), y.detach().double()
     return _latent_map(likelihood, y64.shape, f.device, start, max_iter,
-                       lambda latents: likelihood.training_log_prob(f64, y64, latents).sum())
+                       lambda latents: likelihood.training_log_prob(f64, y64, latents).sum(), use_prior)
 
 
 def fit_predictive_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: Mapping[str, torch.Tensor],
@@ -64,9 +65,10 @@ def fit_predictive_latents(likelihood, f: torch.Tensor, y: torch.Tensor, start: 
 
 
 def _latent_map(likelihood, shape: torch.Size, device, start: Mapping[str, torch.Tensor], max_iter: int,
-                log_lik: Callable[[dict], torch.Tensor]) -> dict[str, torch.Tensor]:
-    """argmax over the latents θ of ``log_lik({site: [1, T]})`` + log p(θ) by L-BFGS in unconstrained
-    float64 coordinates (the module docstring), the objective per data point (``shape`` is ``y``'s, ``[N, T]``)."""
+                log_lik: Callable[[dict], torch.Tensor], use_prior: bool = True) -> dict[str, torch.Tensor]:
+    """argmax over the latents θ of ``log_lik({site: [1, T]})`` + log p(θ) (without it: ``use_prior=False``) by
+    L-BFGS in unconstrained float64 coordinates (the module docstring), the objective per data point (``shape`` is
+    ``y``'s, ``[N, T]``)."""
     priors = likelihood.latent_priors(shape[-1], dtype=torch.float64, device=device)
     if not priors:
         return {}
@@ -75,7 +77,7 @@ def _latent_map(likelihood, shape: torch.Size, device, start: Mapping[str, torch
 
     def objective() -> torch.Tensor:
         latents = {name: transforms[name](u) for name, u in raw.items()}
-        log_prior = sum(priors[name].log_prob(value) for name, value in latents.items())
+        log_prior = sum(priors[name].log_prob(value) for name, value in latents.items()) if use_prior else 0.0
         return -(log_lik({n: v.unsqueeze(0) for n, v in latents.items()}) + log_prior) / shape[0]
 
     optimizer = torch.optim.LBFGS(list(raw.values()), lr=1.0, max_iter=max_iter, tolerance_grad=1e-10,
@@ -106,10 +108,10 @@ def network_outputs(bnn, values: Mapping[str, torch.Tensor], batches: Iterable) 
     return torch.cat(outputs), torch.cat(targets)
 
 
-def latents_at_map(bnn, values: dict, batches: Iterable) -> dict:
-    """The likelihood's latents ``{site: [T]}`` at their MAP for the weights in ``values``
-    (:func:`fit_latents` on the network's outputs over the ``(x, y)`` ``batches``, :func:`network_outputs`;
-    eval mode for the samplers and Laplace), started from the values there."""
+def latents_at_map(bnn, values: dict, batches: Iterable, use_prior: bool = True) -> dict:
+    """The likelihood's latents ``{site: [T]}`` at their MAP (``use_prior=False``: maximum likelihood) for the
+    weights in ``values`` (:func:`fit_latents` on the network's outputs over the ``(x, y)`` ``batches``,
+    :func:`network_outputs`; eval mode for the samplers and Laplace), started from the values there."""
     weights = {k: v for k, v in values.items() if k not in bnn.latent_priors()}
     f, y = network_outputs(bnn, weights, batches)
-    return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()})
+    return fit_latents(bnn.likelihood, f, y, {k: values[k] for k in bnn.latent_priors()}, use_prior=use_prior)

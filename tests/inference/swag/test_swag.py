@@ -159,3 +159,33 @@ def test_multiswag_members_are_not_judged_as_unmixed_chains(conjugate_regression
     assert convergence_warning(metrics) is None
     single = fit(linear_bnn(c), c.x, c.y, backend="swag", seed=0, progress=False, num_samples=20, **FAST)
     assert "chains" not in single.to_arviz(c.x, c.y, seed=0).attrs
+
+
+@pytest.mark.parametrize("stochastic, likelihood", [("all", GaussianLikelihood(0.1)),
+                                                    ("last", GaussianLikelihood(learn_noise=True))])
+def test_multiswag_members_start_from_the_ensemble_backends_fits(stochastic, likelihood):
+    """Issue 38: MultiSWAG is SWAG around each deep-ensemble member (Wilson & Izmailov 2020), SWAG starts from a trained
+    solution (Maddox et al. 2019).  The default burn-in is the ``ensemble`` backend's members' own training (200
+    epochs), not the SWAG phase's epochs (100 by default), which left members from fresh starts underfitted on UCI
+    energy (training RMSE up to 0.96 against 0.34).  With a negligible SWAG step the SWA means are those members;
+    a trained body that sets a learned noise (``last``) gets the ensemble's held-out choice of the epochs too (trained
+    for all 200 the GRU of the defaults matrix's body memorised its rows: SWAG covered 0.786 at 90 %)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(48, 1, generator=g) * 6 - 3
+    y = torch.sin(x) + 0.1 * torch.randn(48, 1, generator=g)
+
+    def bnn():
+        torch.manual_seed(0)
+        return BayesianNetwork(nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1)), stochastic,
+                               likelihood=likelihood, example_input=x[:2])
+
+    options = {"num_members": 2, "batch_size": 16}
+    ensemble = fit(bnn(), x, y, backend="ensemble", seed=0, progress=False, **options)
+    swag = fit(bnn(), x, y, backend="multiswag", seed=0, progress=False, epochs=2, diag=True, lr=1e-9, lr_min=1e-9,
+               num_samples=2, **options)
+    members = ensemble.draws  # {site: [M, 1, ...]}
+    swa_means = swag.param_draws()  # {site: [M, S, ...]}: S draws around each member's SWA mean, spread ~ 1e-9
+    for name, value in members.items():
+        torch.testing.assert_close(swa_means[name].mean(1), value[:, 0], atol=1e-4, rtol=1e-4)
+    assert swag.info["burnin_epochs"] == 200
+    assert ("early_stopping" in ensemble.info) == (stochastic == "last")
