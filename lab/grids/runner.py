@@ -43,7 +43,7 @@ from .batches import group_runs
 from .executors import run_local, run_ray
 from .registry import EXPERIMENTS, get_experiment
 from .tables import write_tables
-from .worker import is_finished
+from .worker import is_finished, outdated
 
 __all__ = ["run_experiment", "add_experiment_arguments", "run_experiment_command"]
 
@@ -131,8 +131,9 @@ def run_experiment(name: str, out, fast: bool = False, executor: str = "local", 
         timing = {"wall_seconds": time.perf_counter() - started, "workers": int(workers), "executor": executor,
                   "fitted": len(todo) - len(left), "found_done": len(runs) - len(todo), "not_started": len(left)}
         results, summary, files = write_tables(experiment, grid, root, out, failures, timing)
+        stale = outdated(root, [r for r in grid if r.key not in {r.key for r in runs}] + list(left))
     return {"results": results, "summary": summary, "failures": failures, "skipped": len(runs) - len(todo),
-            "not_started": len(left), "files": files, "wall_seconds": timing["wall_seconds"]}
+            "not_started": len(left), "files": files, "wall_seconds": timing["wall_seconds"], "outdated": stale}
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,6 +181,10 @@ def run_experiment_command(args) -> int:
     print(f"{len(report['results'])} finished runs in the tables; this invocation: {report['skipped']} found done, "
           f"{len(report['failures'])} failed, {report['not_started']} not started, "
           f"{time.perf_counter() - started:.0f} s")
+    if report["outdated"]:
+        stale = report["outdated"]
+        print(f"{len(stale)} finished run(s) of the grid left out of the tables: fitted with other settings than the "
+              f"grid's now ({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''}); refit them with --only")
     for path in report["files"]:
         print(f"  wrote {path}")
     return 1 if report["failures"] else 0

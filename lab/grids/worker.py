@@ -21,7 +21,7 @@ from lab.runs.spec import RunSpec
 from lab.runs.execution import RUN_FILES, execute, write_run
 from lab.runs.store import StoreError, verify_run
 
-__all__ = ["run_one", "is_finished", "metrics_path"]
+__all__ = ["run_one", "is_finished", "outdated", "metrics_path"]
 
 
 def metrics_path(root, key: str) -> Path:
@@ -50,6 +50,20 @@ def is_finished(root, run: GridRun) -> bool:
         return False
     defaults = _jsonable_spec(RunSpec(data=run.spec.data).to_dict())
     return {**defaults, **stored} == _jsonable_spec(run.spec.to_dict())
+
+
+def outdated(root, runs) -> list:
+    """Keys of ``runs`` whose folder in ``root`` holds a complete run of *another* spec: the grid's settings changed
+    since it was fitted, so it is neither taken from the cache nor shown in the tables until it is refitted."""
+    keys = []
+    for run in runs:
+        try:
+            verify_run(Path(root) / run.key, RUN_FILES)
+        except (StoreError, OSError):
+            continue
+        if not is_finished(root, run):
+            keys.append(run.key)
+    return keys
 
 
 def run_one(run: GridRun, root, prerequisite: Optional[GridRun] = None, threads: Optional[int] = 1) -> dict:

@@ -19,7 +19,7 @@ from lab.cli import main
 from zoo.data import Dataset
 from lab.grids.runner import run_experiment
 from lab.grids.experiment import Experiment, GridRun, frozen_features
-from lab.grids.worker import is_finished
+from lab.grids.worker import is_finished, outdated
 from lab.grids.registry import EXPERIMENTS
 from lab.runs.store import RunLock, seal
 from lab.grids.tables import summarise
@@ -31,7 +31,8 @@ def _mtimes(out):
     return {p.parent.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*/metrics.json")}
 
 
-def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path):
+def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path, monkeypatch):
+    EXPERIMENTS_BUILD = EXPERIMENTS["smoke"].build
     out = tmp_path / "smoke"
     first = run_experiment("smoke", out, workers=0, progress=False)
     assert first["skipped"] == 0 and not first["failures"]
@@ -66,6 +67,12 @@ def test_smoke_grid_writes_tables_and_second_run_skips_everything(tmp_path):
     # a run whose spec changed is not taken from the cache
     changed = GridRun("det-0", RunSpec(**{**runs["det-0"].spec.to_dict(), "epochs": 4}), {})
     assert is_finished(out / "runs", runs["det-0"]) and not is_finished(out / "runs", changed)
+    assert outdated(out / "runs", [changed, runs["det-1"]]) == ["det-0"]  # said, not silently left out
+    grid = EXPERIMENTS["smoke"]
+    monkeypatch.setattr(grid, "build", lambda fast, root: [changed if r.key == "det-0" else r
+                                                           for r in EXPERIMENTS_BUILD(fast, root)])
+    fourth = run_experiment("smoke", out, workers=0, progress=False, only="^full-")
+    assert fourth["outdated"] == ["det-0"] and fourth["skipped"] == 2
 
 
 def test_frozen_features_span_the_networks_heads():
