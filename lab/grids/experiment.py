@@ -11,7 +11,7 @@ test-set prediction.  Both are registries in the one registration style (``docs/
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -27,7 +27,8 @@ from lab.references.problems import problem_data
 from lab.references.build import load_reference
 
 __all__ = ["GridRun", "Experiment", "run_key", "DatasetBuilder", "DATASETS", "register_dataset", "ExtraMetric", "EXTRAS",
-           "register_extra", "CONFIDENCE_THRESHOLDS", "load_run_data", "available_backends", "frozen_features"]
+           "register_extra", "CONFIDENCE_THRESHOLDS", "load_run_data", "available_backends", "frozen_features",
+           "unguarded"]
 
 
 def run_key(*parts) -> str:
@@ -85,6 +86,14 @@ def available_backends(wanted, note=print) -> list:
     if missing:
         note(f"note: backends not registered, left out of the grid: {', '.join(missing)}")
     return [b for b in wanted if b in BACKENDS]
+
+
+def unguarded(backend: str) -> dict:
+    """Backend options that switch off a sampler's wall-clock guard (``{"time_budget": None}``; ``{}`` for a backend
+    without one).  The guard stops a new user's default fit by projected *wall* seconds, which follow the machine's
+    load, not the algorithm; a grid's chains are long by design (on the loaded 2 cores it stopped every digits
+    SG-MCMC run of ``shift-rotation`` and the moons NUTS defaults of ``fidelity`` at 120 s)."""
+    return {"time_budget": None} if "time_budget" in {f.name for f in fields(BACKENDS[backend].Config)} else {}
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 ``python -m zoo experiment fidelity`` fits every registered backend × every reference problem whose
 reference is built (:func:`lab.references.build.load_reference`; the others are left out with a note) ×
 seeds 0, 1, 2 × two settings — ``defaults`` (the backend's own defaults, as ``fit`` gives them, without a
-sampler's wall-clock guard ``time_budget``: :func:`_unguarded`) and
+sampler's wall-clock guard ``time_budget``: :func:`lab.grids.experiment.unguarded`) and
 ``tuned`` (the settings of the project's UCI and baseline grids, :func:`tuned_options`: the tuned
 minibatch budgets of ``bdl-baselines``, ``uci-benchmark``'s SGLD chains, a long NUTS run; a backend
 without tuned settings in those grids runs its defaults only).  Every run fits the problem's own model
@@ -26,7 +26,7 @@ import math
 from inference.backends import get_backend
 from lab.references.problems import PROBLEMS, head_spec
 
-from .experiment import GridRun, available_backends, run_key
+from .experiment import GridRun, available_backends, run_key, unguarded
 from .uci import BDL_METHODS, UCI_BACKENDS, UCI_BATCH, UCI_STEPS, bdl_options
 
 __all__ = ["fidelity_grid", "tuned_options", "figure", "FIDELITY_METRICS", "SEEDS"]
@@ -57,16 +57,6 @@ def tuned_options(backend: str, n_train: int):
     return bdl_options(backend, epochs)
 
 
-def _unguarded(backend: str) -> dict:
-    """The ``defaults`` setting's RunSpec fields: none, except that a sampler runs without its wall-clock guard
-    (``time_budget=None``).  The guard stops a new user's default fit by projected *wall* seconds, which depend on
-    the machine's load, not on the algorithm; the grid scores the default algorithm (on the shared 2 cores, load ≈ 6,
-    the moons NUTS defaults were stopped at iterations 3-8 with projections of 2-3 min, where an idle machine
-    takes about 1 min)."""
-    fields = {f.name for f in dataclasses.fields(get_backend(backend).Config)}
-    return {"backend_options": {"time_budget": None}} if "time_budget" in fields else {}
-
-
 def _built_references(note=print) -> dict:
     """``{name: manifest}`` of the reference problems built now; a note names the others."""
     from lab.references.build import load_reference
@@ -95,7 +85,8 @@ def fidelity_grid(fast: bool, data_root) -> list:
         if manifest["task"] == "regression":
             base = dataclasses.replace(base, likelihood="gaussian")  # every backend on the problem's likelihood
         for backend in backends:
-            settings = {"defaults": _unguarded(backend)}
+            guard = unguarded(backend)  # the defaults, without a sampler's wall-clock guard
+            settings = {"defaults": {"backend_options": guard} if guard else {}}
             tuned = None if fast else tuned_options(backend, manifest["data"]["n_train"])
             if tuned is not None:
                 settings["tuned"] = tuned

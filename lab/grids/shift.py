@@ -21,7 +21,6 @@ left this predictive near-uniform on the training distribution: :mod:`inference.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from inference.backends import get_backend
 from lab.runs.spec import RunSpec
 from zoo.data import load_uci
 
-from .experiment import GridRun, available_backends, run_key
+from .experiment import GridRun, available_backends, run_key, unguarded
 from .plotting import grouped_bars
 from .uci import BDL_DIGITS_EPOCHS, UCI_BATCH, UCI_STEPS, bdl_options
 
@@ -48,12 +47,12 @@ def _budget(backend: str, epochs: int, vi_factor: int = 1) -> dict:
     families ``vi_factor`` times as many).  A sampler runs without its ``time_budget``: the budget guards a new
     user's default fit, and a grid's chains are long by design (on the shared 2 cores the digits SG-MCMC
     chains, projected at about 2 min, were stopped at 120 s and left the samplers out of the tables)."""
-    chosen = get_backend(backend)
-    if chosen.budget == "elbo":
+    if get_backend(backend).budget == "elbo":
         return {"epochs": epochs * vi_factor, "batch_size": UCI_BATCH}
     options = bdl_options(backend, epochs)
-    if "time_budget" in {f.name for f in dataclasses.fields(chosen.Config)}:
-        options["backend_options"] = {**options.get("backend_options", {}), "time_budget": None}
+    guard = unguarded(backend)
+    if guard:
+        options["backend_options"] = {**options.get("backend_options", {}), **guard}
     return options
 
 
