@@ -29,9 +29,9 @@ laplace-torch's ``log_marginal_likelihood`` (:func:`log_evidence`).  Two ways to
 
   A search whose δ is the grid's smallest or largest value has not found a minimum, only the edge of where it
   looked (:func:`grid_edge`): it warns, naming δ, the edge and ``prior_precision_grid``, and records
-  ``info["prior_precision_at_edge"]`` (``"lower"``, ``"upper"`` or ``None``).  On digits (LeNet-300-100, last
-  layer) the search ends at the upper edge, δ = 10^6, on every seed: the Gaussian is then as narrow as the grid
-  allows and the Laplace predictive is close to the MAP's own.  (laplace-torch's ``gridsearch`` returns the
+  ``info["prior_precision_at_edge"]`` (``"lower"``, ``"upper"`` or ``None``).  On the fidelity grid's digits-last
+  (LeNet-300-100's features, issue 37) the search ended at the upper edge, δ = 10^6, on every seed: the Gaussian
+  is then as narrow as the grid allows and the Laplace predictive close to the MAP's own.  (laplace-torch's ``gridsearch`` returns the
   argmin without a word.)
 """
 from __future__ import annotations
