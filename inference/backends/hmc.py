@@ -60,8 +60,9 @@ class ChainConfig:
             (from the first iteration) or ``False``.  A network torch.compile cannot trace (a
             recurrent layer, no ``vmap`` rule) runs eagerly; a failed compile falls back to eager.
         time_budget: seconds the whole fit may take (:data:`~inference.mcmc.budget.DEFAULT_TIME_BUDGET`, 120):
-            from the first iterations on, the fit's total wall time is projected, and a fit projected past
-            the budget stops with :class:`~inference.mcmc.budget.TimeBudgetExceeded`, whose message gives the
+            from the MAP start's first steps (its remaining steps and the sampler's least cost,
+            :func:`~inference.mcmc.budget.start_budget`) and the first iterations on, the fit's total wall time is
+            projected, and a fit projected past the budget stops with :class:`~inference.mcmc.budget.TimeBudgetExceeded`, whose message gives the
             projection and what to change (:func:`~inference.mcmc.budget.time_budget`); ``None``: no budget.
     """
 

@@ -26,10 +26,18 @@ laplace-torch's ``log_marginal_likelihood`` (:func:`log_evidence`).  Two ways to
   δ ≈ 18), so the logits keep a prior variance ≈ ‖φ‖²/δ ≈ 400 along the ~950 of 1 010 directions whose
   GGN eigenvalue is below 1, and every predictive — probit, bridge, GLM — is near-uniform (laplace-torch's
   evidence gives the same δ).
+
+  A search whose δ is the grid's smallest or largest value has not found a minimum, only the edge of where it
+  looked (:func:`grid_edge`): it warns, naming δ, the edge and ``prior_precision_grid``, and records
+  ``info["prior_precision_at_edge"]`` (``"lower"``, ``"upper"`` or ``None``).  On the fidelity grid's digits-last
+  (LeNet-300-100's features, issue 37) the search ended at the upper edge, δ = 10^6, on every seed: the Gaussian
+  is then as narrow as the grid allows and the Laplace predictive close to the MAP's own.  (laplace-torch's ``gridsearch`` returns the
+  argmin without a word.)
 """
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional, Sequence
 
 import torch
@@ -40,7 +48,7 @@ from inference.laplace.laplace_posterior import validation_nll
 from inference.optim.start import batches_per_epoch, map_epochs
 
 __all__ = ["VALIDATION_GRID", "prior_moments", "log_evidence", "mackay_precision", "held_out_steps",
-           "held_out_folds", "validation_search"]
+           "held_out_folds", "grid_edge", "edge_advice", "validation_search"]
 
 #: the δ searched by ``prior_precision="validation"``: 10^-4 … 10^6, five points a decade (laplace-torch's
 #: ``gridsearch`` takes a log grid of 10^-4 … 10^4)
@@ -120,10 +128,37 @@ def held_out_folds(num_rows: int, validation_fraction: float, folds: int, seed: 
     return order, [order[num_fit:]] + rest
 
 
+def grid_edge(grid: Sequence[float], chosen: float) -> Optional[str]:
+    """Where ``chosen`` sits in ``grid`` (any order): ``"lower"`` when it is the smallest value, ``"upper"`` when it is
+    the largest, ``None`` when it is inside (or the grid has one value: nothing was searched)."""
+    values = [float(d) for d in grid]
+    if len(set(values)) < 2:
+        return None
+    if float(chosen) == min(values):
+        return "lower"
+    return "upper" if float(chosen) == max(values) else None
+
+
+def edge_advice(delta: float, edge: str, grid: Sequence[float]) -> str:
+    """The warning of a validation search whose δ sits at the ``edge`` (:func:`grid_edge`) of ``grid``."""
+    low, high = min(grid), max(grid)
+    if edge == "upper":
+        why = (f"the held-out NLL is lowest where the Gaussian is narrowest, its predictive the closest to the MAP's "
+               f"own of those searched (as δ grows the posterior collapses toward the MAP); a larger δ may score "
+               f"better still: widen the grid upward, e.g. prior_precision_grid up to {high * 100:.3g}; if it keeps "
+               f"choosing the top, these held-out rows favour the MAP's own predictive (the map backend)")
+    else:
+        why = (f"the held-out NLL is lowest where the Gaussian is widest; a smaller δ "
+               f"may score better still: widen the grid downward, e.g. prior_precision_grid from {low / 100:.3g}, or "
+               f"compare prior_precision='marglik'")
+    return (f"laplace: the validation search chose prior precision δ = {delta:.3g}, the {edge} edge of its grid "
+            f"({low:.3g} … {high:.3g}): {why} (info['prior_precision_at_edge'] = {edge!r})")
+
+
 def validation_search(bnn, layout: WeightLayout, x, y, structure: str, path: str, p0: torch.Tensor, predictive: str,
                       seed: int, progress: bool, *, init: str, map_steps: int, map_lr: float,
                       validation_fraction: float, folds: int = 1, grid: Optional[Sequence[float]] = None,
-                      num_samples: int = 200) -> dict:
+                      num_samples: int = 200, stacklevel: int = 6) -> dict:
     """δ of ``prior_precision="validation"`` (Kristiadi, Hein & Hennig 2020; laplace-torch's
     ``optimize_prior_precision(method="gridsearch")``): rows are held out (:func:`held_out_folds`: a seeded random
     ``validation_fraction`` of them, or each of ``folds`` folds in turn), the MAP and GGN are fitted on the rest
@@ -135,9 +170,11 @@ def validation_search(bnn, layout: WeightLayout, x, y, structure: str, path: str
     fold's MAP starts where this search started, and the network (its deterministic parameters, which the MAP
     trains) is given back as it was, so the refit on all rows starts there too.
 
-    Returns the ``info`` entries ``prior_precision_scale`` (δ), ``num_validation`` (held-out rows, all folds),
+    Returns the ``info`` entries ``prior_precision_scale`` (δ), ``prior_precision_at_edge`` (:func:`grid_edge`: a δ
+    at the grid's edge also warns, :func:`edge_advice`), ``num_validation`` (held-out rows, all folds),
     ``validation_folds``, ``validation_map_steps`` (one per fold) and ``validation``
-    (``[{"prior_precision_scale": δ, "validation_nll": …}]``, one per grid point)."""
+    (``[{"prior_precision_scale": δ, "validation_nll": …}]``, one per grid point).  The warning points at the
+    caller of ``fit`` (``stacklevel``: the frames above this function up to it)."""
     grid = torch.tensor(grid or VALIDATION_GRID, dtype=torch.float64)
     order, held_outs = held_out_folds(x.shape[0], validation_fraction, folds, seed)
     state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
@@ -158,7 +195,11 @@ def validation_search(bnn, layout: WeightLayout, x, y, structure: str, path: str
     num_validation = sum(held.numel() for held in held_outs)
     scores = total / num_validation
     scores = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
-    return {"prior_precision_scale": float(grid[int(scores.argmin())]), "num_validation": num_validation,
+    delta = float(grid[int(scores.argmin())])
+    edge = grid_edge(grid.tolist(), delta)
+    if edge is not None:
+        warnings.warn(edge_advice(delta, edge, grid.tolist()), UserWarning, stacklevel=stacklevel)
+    return {"prior_precision_scale": delta, "prior_precision_at_edge": edge, "num_validation": num_validation,
             "validation_folds": folds, "validation_map_steps": steps,
             "validation": [{"prior_precision_scale": float(d), "validation_nll": float(v)}
                            for d, v in zip(grid, scores)]}

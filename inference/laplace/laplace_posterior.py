@@ -328,6 +328,8 @@ class LaplacePosterior(SamplePosterior):
             if key in self.info:
                 value = self.info[key]
                 rows.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))
+                if key == "prior_precision_scale" and self.info.get("prior_precision_at_edge"):
+                    rows[-1] = (label, f"{rows[-1][1]} (the {self.info['prior_precision_at_edge']} edge of its grid)")
         return rows
 
     @property

@@ -20,11 +20,30 @@ whose first iteration already takes tens of seconds), and only while the cost pe
 still change (during warm-up, where the step size and metric adapt, and the first :data:`WINDOW`
 iterations after it); a fit that passes those checks runs to its end.
 
+The MAP start (:func:`inference.optim.start.initial_point`) comes before the first iteration and can
+itself take minutes on a large network (a 64-2048-2048-10 tanh MLP on digits' 1 347 rows: 0.23 s per step,
+2 000 steps), so it is projected too (:func:`start_budget`): each of its MAP runs is a run of
+:func:`time_budget` over its Adam steps, every step after the first (which pays one-off costs) checked,
+
+    T̂ = elapsed + (the start's remaining steps) · (seconds per step) + (the sampler's least cost),
+
+the sampler's least cost (``pending``) estimated from the same step time: its fewest gradient
+evaluations (NUTS one per iteration, HMC ``num_steps``, SG-MCMC one per step) each costing at least a
+MAP step's time scaled by min(1, its rows / the step's rows) — a gradient's cost grows with its rows,
+affinely — and by :data:`~inference.mcmc.compilation.COMPILED_COST_FRACTION` where the transition may be
+compiled; zero when the sampler's gradients run the output module on cached features (a MAP step runs
+the whole network; on the small regressions tried, the sampler took 2.3–400 times this bound).  A held-out choice of the start's epochs counts its trial for the fewest epochs it
+can run and the refit for one epoch (:func:`inference.optim.start.held_out_trial`); the refit is then
+projected exactly.  So T̂ is a lower bound up to the timing, and the stop (the same rule:
+:data:`CLEARLY_OVER`, :data:`MIN_SAVING`) raises :class:`TimeBudgetExceeded` with ``stage="start"`` and
+:func:`start_advice` (fewer ``map_steps``, ``init='current'``, ``stochastic='last'``).
+
 * :class:`Forecast` — seconds per remaining iteration and seconds still to pay once;
 * :func:`projected_seconds` — the projection T̂ (a pure function);
 * :func:`time_budget` — ``Monitor(init, update)`` over :class:`BudgetState`;
 * :class:`TimeBudgetExceeded` — the exception, carrying the projection and the advice;
 * :func:`sampler_advice` — the options that would bring such a fit within the budget;
+* :func:`start_budget` / :func:`start_advice` — the same over the MAP start's steps, and what to change;
 * :func:`duration` — seconds as ``"1 h 37 min"``.
 """
 from __future__ import annotations
@@ -35,7 +54,8 @@ import time
 from typing import Callable, NamedTuple, Optional
 
 __all__ = ["DEFAULT_TIME_BUDGET", "MIN_ITERATIONS", "CLEARLY_OVER", "WINDOW", "MIN_SAVING", "Forecast", "Projection", "BudgetState", "Monitor",
-           "TimeBudgetExceeded", "projected_seconds", "time_budget", "duration", "sampler_advice"]
+           "TimeBudgetExceeded", "projected_seconds", "time_budget", "duration", "sampler_advice", "StartClock",
+           "start_budget", "start_advice"]
 
 #: seconds a sampler's default fit may take (``time_budget``): the ``fit(bnn, x, y, backend=B)`` of a
 #: new user should answer in about a minute on 2 CPU cores; a fit projected past this stops early
@@ -61,8 +81,11 @@ class Forecast(NamedTuple):
 class Projection(NamedTuple):
     """What a projection saw: the fit's ``elapsed`` and ``projected`` seconds (T̂), the ``budget``, the
     iterations ``done`` of ``total``, the ``rate`` used (seconds per iteration), ``setup`` (the elapsed
-    seconds outside the iterations: the start, the set-up) and ``info``, the means over the recent
-    iterations of the transition's statistics (e.g. ``n_steps``, ``tree_depth``)."""
+    seconds outside the iterations: the start, the set-up), ``info``, the means over the recent
+    iterations of the transition's statistics (e.g. ``n_steps``, ``tree_depth``), ``pending`` (the
+    forecast's seconds still to pay once: a compile; the sampler's least cost after a MAP start) and
+    ``stage`` (``"sampler"``, or ``"start"``: the iterations are the MAP start's Adam steps after the first of
+    its run, which is not timed, :class:`StartClock`)."""
 
     elapsed: float
     projected: float
@@ -72,6 +95,8 @@ class Projection(NamedTuple):
     rate: float
     setup: float
     info: dict
+    pending: float = 0.0
+    stage: str = "sampler"
 
     @property
     def affordable(self) -> float:
@@ -115,7 +140,7 @@ class TimeBudgetExceeded(RuntimeError):
     """A sampler stopped early: its projected wall time is past ``time_budget``.
 
     Raised by every chain-based backend (``hmc``, ``nuts``, ``sgld``, ``psgld``, ``sghmc``, ``csgmcmc``)
-    within its first iterations (docs/mcmc.md, "Time budget"); nothing is returned.  The first line of
+    within its MAP start's first steps or its first iterations (docs/mcmc.md, "Time budget"); nothing is returned.  The first line of
     the message holds the projection and what to change.
 
     Attributes:
@@ -129,11 +154,18 @@ class TimeBudgetExceeded(RuntimeError):
         self.backend, self.projection, self.advice = backend, projection, list(advice)
         p = projection
         changes = "; ".join([*self.advice, "or pass time_budget=None to run it anyway"])
-        super().__init__(
-            f"{backend}: stopped early after {p.done} of {p.total} iterations ({duration(p.elapsed)}): the fit would "
-            f"take about {duration(p.projected)} in all ({p.rate:.3g} s per iteration), past time_budget={p.budget:g} s. "
-            f"To fit within it: {changes}"
-        )
+        if p.stage == "start":
+            sampler = (f"at least {duration(p.pending)} for the sampler" if p.pending > 0
+                       else "the sampler's time after it")
+            steps = f"{p.done + 1} Adam steps"  # the run's first step, untimed (StartClock), and those timed
+            head = (f"{backend}: stopped early in its MAP start, after {steps} ({duration(p.elapsed)}): the "
+                    f"fit would take at least {duration(p.projected)} in all (about "
+                    f"{duration(p.projected - p.elapsed - p.pending)} more for the start at {p.rate:.3g} s per step, "
+                    f"then {sampler})")
+        else:
+            head = (f"{backend}: stopped early after {p.done} of {p.total} iterations ({duration(p.elapsed)}): the fit "
+                    f"would take about {duration(p.projected)} in all ({p.rate:.3g} s per iteration)")
+        super().__init__(f"{head}, past time_budget={p.budget:g} s. To fit within it: {changes}")
 
     def __reduce__(self):  # picklable across worker processes
         return type(self), (self.backend, self.projection, self.advice)
@@ -149,6 +181,7 @@ def time_budget(
     check_until: int,
     forecast: Optional[Callable[[Optional[float]], Optional[Forecast]]] = None,
     clock: Callable[[], float] = time.perf_counter,
+    stage: str = "sampler",
 ) -> Monitor:
     """The monitor that stops a run of ``total`` iterations projected past ``budget`` seconds.
 
@@ -163,6 +196,8 @@ def time_budget(
             yet), where ``measured`` is the median of the recent iteration seconds (before
             :data:`MIN_ITERATIONS`, the shortest); without it the forecast is ``Forecast(measured)``.
         clock: the wall clock (seconds).
+        stage: what the iterations are, for the :class:`Projection` (``"start"``: a MAP start's steps,
+            :func:`start_budget`).
 
     ``update(state, seconds, info)`` takes the iteration's wall ``seconds`` and the transition's ``info``
     (``{name: [C] tensor}``; the means of ``n_steps`` and ``tree_depth`` are kept for the advice) and
@@ -193,7 +228,7 @@ def time_budget(
             keys = {key for summary in state.recent_info for key in summary}
             means = {key: statistics.fmean(s[key] for s in state.recent_info if key in s) for key in keys}
             projection = Projection(elapsed, projected, budget, done, total, expected.seconds_per_iteration,
-                                    max(0.0, elapsed - state.spent), means)
+                                    max(0.0, elapsed - state.spent), means, expected.pending_seconds, stage)
             raise TimeBudgetExceeded(name, projection, advise(projection))
         return state
 
@@ -231,4 +266,97 @@ def sampler_advice(projection: Projection, *, counts: dict, num_chains: int, dim
     if 0 < share < 1 and sum(counts.values()) * share >= minimum:
         scaled = ", ".join(f"{key}={max(1, int(value * share))}" for key, value in counts.items())
         advice.append(f"{scaled} (fewer iterations: about {projection.affordable:.0f} fit at this rate)")
+    return advice
+
+
+class StartClock:
+    """The ``on_step`` of one MAP run of a start (:func:`start_budget`): times each Adam step on ``clock`` and feeds
+    it to its :attr:`monitor` (a :func:`time_budget` whose clock is :meth:`reading`, the time of the last step)
+    until ``check_until`` steps; after them it does nothing.  The run's first step is set-up, not a rate: it pays
+    one-off costs (in a fresh process the first step of the first fit took 2 s, the next ones 6 ms), so it is not
+    fed to the monitor, whose ``check_until`` and ``total`` are the steps after it."""
+
+    def __init__(self, clock: Callable[[], float], check_until: int):
+        self.clock, self.check_until, self.now = clock, check_until, clock()
+        self.monitor: Optional[Monitor] = None
+        self.state: Optional[BudgetState] = None
+        self.first = True
+
+    def reading(self) -> float:
+        """The clock's time at the end of the last step (the run's start before the first)."""
+        return self.now
+
+    def watching(self, monitor: Monitor) -> "StartClock":
+        """This clock feeding ``monitor``."""
+        self.monitor, self.state = monitor, monitor.init()
+        return self
+
+    def __call__(self) -> None:
+        if self.state.done >= self.check_until:
+            return
+        now = self.clock()
+        seconds, self.now = now - self.now, now
+        if self.first:
+            self.first = False
+            return
+        self.state = self.monitor.update(self.state, seconds, {})
+
+
+def start_budget(
+    budget: float,
+    started: float,
+    *,
+    name: str,
+    sampler_gradients: float,
+    gradient_rows: Optional[int],
+    advise: Callable[[Projection], list],
+    clock: Callable[[], float] = time.perf_counter,
+) -> Callable:
+    """The ``watch`` of :func:`inference.optim.start.initial_point` that stops a MAP start projected past ``budget``.
+
+    Args:
+        budget, started, name, advise, clock: as for :func:`time_budget` (``started``: the fit's start).
+        sampler_gradients: the sampler's fewest gradient evaluations, each counted at a MAP step's time (already
+            scaled by the compiled fraction where it may compile; 0: not estimated — gradients on cached
+            features).
+        gradient_rows: rows per sampler gradient (``None``: as many as a MAP step's); a gradient on fewer rows
+            than a MAP step's is counted at min(1, rows / step rows) of its time.
+
+    ``watch(run) -> on_step`` for each MAP run (a :class:`~inference.optim.start.StartRun`: ``steps``,
+    ``later_steps``, ``batch_rows``) is a :class:`StartClock` over a :func:`time_budget` of the run's steps after
+    its first and ``run.later_steps``, checked over the run's, whose forecast adds the sampler's least cost as
+    ``pending``: T̂ = elapsed + (remaining steps) · rate + sampler_gradients · scale · rate (module docstring).
+    """
+
+    def watch(run) -> StartClock:
+        scale = 1.0
+        if gradient_rows is not None and run.batch_rows is not None:
+            scale = min(1.0, gradient_rows / run.batch_rows)
+        least = sampler_gradients * scale  # the sampler's least cost in MAP steps
+        timed = max(run.steps - 1, 0)  # the steps after the first (StartClock)
+        steps = StartClock(clock, timed)
+        return steps.watching(time_budget(
+            budget, timed + run.later_steps, started, name=name, advise=advise, check_until=timed,
+            forecast=lambda rate: Forecast(rate, least * rate), clock=steps.reading, stage="start"))
+
+    return watch
+
+
+def start_advice(projection: Projection, *, map_steps: int, dim: int, last_dim: Optional[int]) -> list:
+    """What to change so that a fit whose MAP start was projected past its budget fits it, as option phrases:
+    ``map_steps`` scaled to the share of the start's projected cost that fits (what is left of the budget after
+    the set-up and the sampler's least cost), ``init='current'`` (no MAP start) and, when the sampler's least
+    cost counts, ``stochastic='last'`` (``last_dim`` random values instead of ``dim``)."""
+    p = projection
+    start = p.projected - p.setup - p.pending  # this run's steps and the start's after it
+    room = p.budget - p.setup - p.pending
+    advice = []
+    if 0 < room < start and int(map_steps * room / start) >= 1:
+        advice.append(f"map_steps={int(map_steps * room / start)} (now {map_steps}; {p.rate:.3g} s per Adam step of "
+                      f"the MAP start)")
+    advice.append("init='current' (no MAP start: the chains start from the network's weights as they are, e.g. a "
+                  "network you trained)")
+    if p.pending > 0 and last_dim is not None and last_dim < dim:
+        advice.append(f"stochastic='last' ({last_dim} random values instead of {dim}: the sampler then runs the output "
+                      f"layer on cached features)")
     return advice

@@ -17,7 +17,8 @@ chains are one ``[C, D]`` tensor, so each leapfrog step costs one batched forwar
   gradient runs that module only (the same density);
 * the start — :func:`inference.optim.start.initial_point`, jittered per chain
   (:func:`inference.mcmc.chains.jittered_starts`);
-* the time budget — :func:`inference.mcmc.budget.time_budget` stops a fit projected past ``time_budget``;
+* the time budget — :func:`inference.mcmc.budget.start_budget` over the MAP start's steps, then
+  :func:`inference.mcmc.budget.time_budget` over the iterations, stop a fit projected past ``time_budget``;
 * the warm-up's first metric — :func:`inference.mcmc.adaptation.metric_choice` and the curvature at the
   start (:mod:`inference.mcmc.initial_metric`);
 * warm-up and sampling — :func:`inference.mcmc.chains.sample_chains`: Stan's windowed adaptation
@@ -37,9 +38,9 @@ import pyro
 import torch
 
 from inference.mcmc.adaptation import metric_choice
-from inference.mcmc.budget import WINDOW, sampler_advice, time_budget
+from inference.mcmc.budget import WINDOW, sampler_advice, start_advice, start_budget, time_budget
 from inference.mcmc.chains import jittered_starts, last_layer_dim, sample_chains, sampling_warnings
-from inference.mcmc.compilation import LazyCompile, compile_blocker, unit_key
+from inference.mcmc.compilation import COMPILED_COST_FRACTION, LazyCompile, compile_blocker, unit_key
 from inference.mcmc.convergence import chain_convergence
 from inference.mcmc.initial_metric import CURVATURE_MAX_DIM, curvature_metric, hessian
 from inference.mcmc.kernels import build_hmc, build_nuts
@@ -55,10 +56,13 @@ __all__ = ["ChainSampler", "HMC", "NUTS", "fit_chains"]
 
 class ChainSampler(NamedTuple):
     """A Metropolis-corrected sampler for :func:`fit_chains`: ``transition(potential, config, compile)``
-    builds its transition, and ``unit`` names the part that is compiled (in the progress line)."""
+    builds its transition, ``unit`` names the part that is compiled (in the progress line) and
+    ``least_gradients(config)`` is the fewest gradient evaluations of one iteration (the time budget's
+    lower bound on the sampler while the MAP start runs, :func:`inference.mcmc.budget.start_budget`)."""
 
     transition: Callable
     unit: str
+    least_gradients: Callable
 
 
 def _hmc_transition(potential, config, compile: bool):
@@ -69,8 +73,16 @@ def _nuts_transition(potential, config, compile: bool):
     return build_nuts(potential, compile, config.max_energy_error, config.max_tree_depth)
 
 
-HMC = ChainSampler(_hmc_transition, "leapfrog step")
-NUTS = ChainSampler(_nuts_transition, "subtree")
+def _hmc_gradients(config) -> int:
+    return config.num_steps  # a fixed trajectory
+
+
+def _nuts_gradients(config) -> int:
+    return 1  # a tree of depth 1: one leapfrog step
+
+
+HMC = ChainSampler(_hmc_transition, "leapfrog step", _hmc_gradients)
+NUTS = ChainSampler(_nuts_transition, "subtree", _nuts_gradients)
 
 
 def _advice(config, bnn, x, dim: int, projection) -> list:
@@ -79,6 +91,22 @@ def _advice(config, bnn, x, dim: int, projection) -> list:
                           num_chains=config.num_chains, dim=dim, last_dim=last_layer_dim(bnn, x),
                           max_tree_depth=getattr(config, "max_tree_depth", None),
                           num_steps=getattr(config, "num_steps", None))
+
+
+def _start_watch(config, bnn, x, potential, head: Optional[str], transition: LazyCompile, sampler: ChainSampler,
+                 name: str, started: float):
+    """The :func:`~inference.mcmc.budget.start_budget` of ``config`` (or ``None``): the sampler's least cost is
+    ``least_gradients`` per iteration on all N rows, each at a MAP step's time (times the compiled fraction when the
+    transition may compile); not estimated when its gradients run the output module ``head`` on cached features."""
+    if config.time_budget is None:
+        return None
+    total = config.warmup_steps + config.num_samples * config.thin
+    fraction = COMPILED_COST_FRACTION if transition.enabled else 1.0
+    gradients = 0.0 if head is not None else total * sampler.least_gradients(config) * fraction
+    advise = lambda p: start_advice(p, map_steps=config.map_steps, dim=potential.dim,  # noqa: E731
+                                    last_dim=last_layer_dim(bnn, x))
+    return start_budget(config.time_budget, started, name=name, sampler_gradients=gradients,
+                        gradient_rows=potential.num_data, advise=advise)
 
 
 def _metric(potential, z0: torch.Tensor, config, head: Optional[str]):
@@ -101,7 +129,8 @@ def fit_chains(bnn, x, y, config, seed: int, progress: bool, name: str, sampler:
 
     Raises:
         NonFiniteLossError: a non-finite MAP start.
-        inference.mcmc.budget.TimeBudgetExceeded: the fit projected past ``config.time_budget``.
+        inference.mcmc.budget.TimeBudgetExceeded: the fit projected past ``config.time_budget`` (during its MAP
+            start or its first iterations).
     """
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
@@ -114,7 +143,9 @@ def fit_chains(bnn, x, y, config, seed: int, progress: bool, name: str, sampler:
         unit_key(name, potential, config.num_chains, head), compile_blocker(bnn, head), progress,
         desc=f"{name}: compiling the {sampler.unit} (once per fit)", device=potential.device,
     )  # fmt: skip
-    z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed)
+    z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
+                                    watch=_start_watch(config, bnn, x, potential, head, transition, sampler, name,
+                                                       started))
     if not bool(torch.isfinite(z0).all()):
         raise NonFiniteLossError(0, "the MAP initialisation", None)
     starts = jittered_starts(z0, config.num_chains, config.init_jitter, generator)

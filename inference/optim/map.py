@@ -94,6 +94,7 @@ def fit_map(
     training_context: Callable = contextlib.nullcontext,
     desc: str = "map",
     stop: Optional[Callable] = None,
+    on_step: Optional[Callable[[], None]] = None,
 ) -> MAPFit:
     """Maximise ``log p(w_s, θ) + Σ log p(y | x, w_s, w_d, θ)``; returns the :class:`MAPFit`.
 
@@ -112,6 +113,8 @@ def fit_map(
         stop: ``stop(epoch, values) -> bool`` after each epoch, ``values`` the current site values ``{site:
             tensor}`` (constrained, detached); ``True`` ends the fit there
             (:class:`~inference.optim.early_stopping.ValidationMonitor`).
+        on_step: ``on_step()`` after each Adam step (:func:`~inference.optim.training.run_training_loop`); what it
+            raises ends the fit (a sampler's time budget over its MAP start).
     Raises:
         NonFiniteLossError: a NaN/inf loss or gradient; ``.posterior`` holds the last finite point.
     """
@@ -142,7 +145,8 @@ def fit_map(
     with pyro.validation_enabled(False), training_context():
         params = list(raw.values()) + bnn.deterministic_parameters()
         run_training_loop(particle, params, data, config.loop_options(), generator, history, result, desc, progress,
-                          objective="log_joint", stop=None if stop is None else lambda epoch: stop(epoch, result().values))
+                          objective="log_joint", stop=None if stop is None else lambda epoch: stop(epoch, result().values),
+                          on_step=on_step)
     fitted = result()
     fitted.values.update(latents_at_map(bnn, fitted.values, [(x, y)] if y is not None else x.epoch(torch.Generator())))
     return fitted

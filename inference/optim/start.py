@@ -7,28 +7,29 @@ MAP fit, :func:`inference.optim.map.fit_map` — minibatch Adam on the likelihoo
 the log prior, the deterministic parameters trained jointly when the model trains them — for a budget
 of about ``map_steps`` steps.  A DataLoader's batches (:class:`~inference.optim.batches.LoaderBatches`)
 are used as they come, and the full-data log density of the record is summed over one pass
-(:func:`epoch_log_density`).
+(:func:`epoch_log_density`).  A ``watch`` (a sampler's time budget, :func:`inference.mcmc.budget.start_budget`)
+sees each of the start's MAP runs announced as a :class:`StartRun` and every Adam step after it.
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import replace
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 import pyro
 import torch
 
 from inference.optim.batches import LoaderBatches
-from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, trains_body, \
+from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, default_patience, trains_body, \
     uses_early_stopping
 from inference.optim.latent_fit import latents_at_map
 from inference.optim.map import MAPOptions, fit_map
 from inference.optim.potential import Potential
 from inference.optim.training import NonFiniteLossError
 
-__all__ = ["INIT_STRATEGIES", "MAP_BATCH_SIZE", "START_EARLY_STOPPING", "batches_per_epoch", "map_budget",
-           "initial_point", "endless_batches", "epoch_log_density", "trains_body", "start_stack_blocker"]
+__all__ = ["INIT_STRATEGIES", "MAP_BATCH_SIZE", "START_EARLY_STOPPING", "StartRun", "batches_per_epoch", "map_budget",
+           "held_out_trial", "initial_point", "endless_batches", "epoch_log_density", "trains_body", "start_stack_blocker"]
 
 #: the ``init`` values of :func:`initial_point`
 INIT_STRATEGIES = ("map", "current")
@@ -38,6 +39,35 @@ MAP_BATCH_SIZE = MAPOptions.batch_size
 #: (:class:`~inference.optim.early_stopping.EarlyStoppingOptions`)
 START_EARLY_STOPPING = EarlyStoppingOptions()
 
+
+
+class StartRun(NamedTuple):
+    """One MAP run of a start, as :func:`initial_point` announces it to its ``watch``.
+
+    Attributes:
+        desc: the run (``"MAP start"``, or ``"MAP start (held-out epochs)"`` for the held-out trial).
+        steps: its Adam steps; for the held-out trial the fewest it can take (it stops once ``patience`` epochs
+            pass without a better held-out score: :func:`held_out_trial`).
+        later_steps: the fewest Adam steps of the start's runs after it (the refit after the trial: one epoch).
+        batch_rows: rows per step (``None``: a DataLoader's batches).
+    """
+
+    desc: str
+    steps: int
+    later_steps: int
+    batch_rows: Optional[int]
+
+
+def held_out_trial(num_data: int, epochs: int) -> StartRun:
+    """The held-out trial of a start of at most ``epochs`` epochs on ``num_data`` rows, as its watch sees it: on the
+    kept rows (:func:`~inference.optim.early_stopping.held_out_split`) for at least ``min(epochs, patience + 1)``
+    epochs (:class:`~inference.optim.early_stopping.ValidationMonitor` stops it no sooner), then at least one epoch
+    of the refit on every row."""
+    options = START_EARLY_STOPPING
+    patience = int(options.patience) if options.patience is not None else default_patience(epochs)
+    kept = max(1, int((1 - options.validation_fraction) * num_data))
+    return StartRun("MAP start (held-out epochs)", min(epochs, patience + 1) * batches_per_epoch(kept),
+                    batches_per_epoch(num_data), min(MAP_BATCH_SIZE, kept))
 
 
 def start_stack_blocker(bnn, init: str, map_steps: int) -> Optional[str]:
@@ -90,6 +120,7 @@ def map_epochs(num_data: int, num_batches: Optional[int], map_steps: int) -> int
 def initial_point(
     potential: Potential, init: str, map_steps: int, map_lr: float, progress: bool = False, seed: int = 0,
     data: Optional[LoaderBatches] = None, fitted: Optional[dict] = None,
+    watch: Optional[Callable[[StartRun], Callable[[], None]]] = None,
 ) -> tuple[torch.Tensor, dict]:
     """Starting point ``z`` ``[D]`` and a record of how it was found.
 
@@ -125,6 +156,10 @@ def initial_point(
     parameters already in the network), computed elsewhere — K starts stacked by
     :func:`inference.optim.stacked_map.fit_map_starts` — and used instead of fitting here.
 
+    ``watch``: ``watch(run) -> on_step`` before each MAP run (:class:`StartRun`), ``on_step()`` after each of its
+    Adam steps; what ``on_step`` raises ends the start (a sampler's time budget,
+    :func:`inference.mcmc.budget.start_budget`).  Not called for ``fitted`` values or without a MAP fit.
+
     The record holds ``init``, ``init_log_density`` and, for a MAP fit, ``map_steps`` (the budget in whole
     epochs), ``map_seconds`` and ``map_lr``.
     """
@@ -151,17 +186,23 @@ def initial_point(
         values = dict(fitted)
     else:
         if data is None and uses_early_stopping(bnn, START_EARLY_STOPPING, x):  # the map backend's rule
+            trial = held_out_trial(potential.num_data, epochs)
+
             def held_out(x_kept, y_kept, stop):
                 try:
-                    fit_map(bnn, x_kept, y_kept, options, seed, progress, desc="MAP start (held-out epochs)", stop=stop)
+                    fit_map(bnn, x_kept, y_kept, options, seed, progress, desc=trial.desc, stop=stop,
+                            on_step=None if watch is None else watch(trial))
                 except NonFiniteLossError:  # the held-out curve up to the last finite epoch chooses
                     pass
 
             epochs, record["early_stopping"] = choose_epochs(
                 held_out, bnn, x, y, epochs, START_EARLY_STOPPING, seed)
             options = replace(options, epochs=epochs)
+        run = StartRun("MAP start", epochs * batches_per_epoch(potential.num_data, num_batches), 0,
+                       None if data is not None else min(MAP_BATCH_SIZE, potential.num_data))
         try:
-            values = fit_map(bnn, x, y, options, seed, progress, desc="MAP start").values  # latents at their MAP
+            values = fit_map(bnn, x, y, options, seed, progress, desc=run.desc,  # latents at their MAP
+                             on_step=None if watch is None else watch(run)).values
         except NonFiniteLossError as err:  # the last finite point, its latents at their MAP for its weights
             values = err.posterior.values
             batches = [(x, y)] if data is None else data.epoch(torch.Generator())  # a loader keeps its own order

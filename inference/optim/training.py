@@ -263,6 +263,7 @@ def run_training_loop(
     fused_adam: bool = False,
     objective: str = "elbo",
     stop: Optional[Callable] = None,
+    on_step: Optional[Callable[[], None]] = None,
 ) -> None:
     """Minibatches, particle averaging, KL annealing, Adam with the schedule, non-finite checks.
 
@@ -290,6 +291,8 @@ def run_training_loop(
             stopping on held-out rows, :mod:`inference.optim.early_stopping`).  The schedule is not changed.  Such
             a held-out trial's bar clears itself when the loop ends (it stops short of its epochs by design); the
             refit that follows, without ``stop``, keeps its bar.
+        on_step: ``on_step()`` after each optimiser step; what it raises ends the loop (a sampler's time budget
+            watching its MAP start, :func:`inference.mcmc.budget.start_budget`).
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
@@ -310,6 +313,8 @@ def run_training_loop(
                 lambda: particle(xb, yb), config.num_particles, beta, optimizer, scheduler, params, clip, step, result
             )
             step += 1
+            if on_step is not None:
+                on_step()
             sums[0] += float(loss)
             sums[1] += float(loglik)
             sums[2] += float(kl)

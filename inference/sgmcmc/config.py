@@ -40,7 +40,8 @@ class SGMCMCConfig:
         max_backoffs: restarts allowed, each with the step size divided by 4, when the chains diverge
             (non-finite log density or gradient) before the first kept draw
             (:func:`inference.sgmcmc.stability.backed_off_runs`); 0 stops such a run with the error.
-        time_budget: seconds the whole fit may take (120; ``None``: no budget), projected from the first steps
+        time_budget: seconds the whole fit may take (120; ``None``: no budget), projected from the MAP start's
+            first steps (:func:`~inference.mcmc.budget.start_budget`) and the sampler's first steps
             (:class:`~inference.mcmc.budget.TimeBudgetExceeded`).
     """
 

@@ -45,7 +45,7 @@ from typing import Callable, Optional
 import pyro
 import torch
 
-from inference.mcmc.budget import WINDOW, sampler_advice, time_budget
+from inference.mcmc.budget import WINDOW, sampler_advice, start_advice, start_budget, time_budget
 from inference.mcmc.chains import last_layer_dim
 from inference.mcmc.driver import thinned
 from inference.optim.batches import LoaderBatches
@@ -156,6 +156,20 @@ def _monitor(sampler: Sampler, name: str, bnn, x, config, dim: int, started: flo
         config.time_budget, total, started, name=name, advise=advise, check_until=total // 10 + WINDOW)
 
 
+def _start_watch(sampler: Sampler, name: str, bnn, x, config, potential, head: Optional[str], started: float):
+    """The :func:`~inference.mcmc.budget.start_budget` of ``config`` (or ``None``): the sampler's least cost is one
+    gradient per step on ``batch_size`` rows (a DataLoader's: as many as a MAP step's), each at most a MAP step's
+    time; not estimated when its gradients run the output module ``head`` on cached features."""
+    if config.time_budget is None:
+        return None
+    gradients = 0.0 if head is not None else float(sampler.num_iterations(config))
+    rows = None if isinstance(x, LoaderBatches) else min(config.batch_size or potential.num_data, potential.num_data)
+    advise = lambda p: start_advice(p, map_steps=config.map_steps, dim=potential.dim,  # noqa: E731
+                                    last_dim=last_layer_dim(bnn, x if isinstance(x, torch.Tensor) else None))
+    return start_budget(config.time_budget, started, name=name, sampler_gradients=gradients, gradient_rows=rows,
+                        advise=advise)
+
+
 def fit_sgmcmc(bnn, x, y, config, seed: int, progress: bool, name: str, sampler: Sampler,
                fitted: Optional[dict] = None) -> SamplePosterior:
     """``config.num_chains`` chains of ``sampler`` on the posterior of ``bnn`` given ``(x [N, ...], y [N, T] or
@@ -165,6 +179,8 @@ def fit_sgmcmc(bnn, x, y, config, seed: int, progress: bool, name: str, sampler:
     ``name`` is the backend recorded in ``info``; ``fitted`` a MAP start already fitted (the stacked path).
 
     Raises:
+        inference.mcmc.budget.TimeBudgetExceeded: the fit projected past ``config.time_budget`` (during its MAP
+            start or its first steps).
         NonFiniteLossError: non-finite values after the first kept draw (it carries the draws so far), or
             chains that still diverge after the last back-off (a
             :class:`~inference.sgmcmc.stability.SamplerDivergedError`).
@@ -177,8 +193,10 @@ def fit_sgmcmc(bnn, x, y, config, seed: int, progress: bool, name: str, sampler:
     if isinstance(config, CyclicalConfig):  # cycles in epochs: the DataLoader's batches or ⌈N / batch_size⌉ steps
         batch = min(config.batch_size or potential.num_data, potential.num_data)
         config = config.resolved(loader.steps_per_epoch if loader else math.ceil(potential.num_data / batch))
+    head = None if loader is not None else head_module(bnn, x)[0]
     z0, init_record = initial_point(potential, config.init, config.map_steps, config.map_lr, progress, seed,
-                                    data=loader, fitted=fitted)
+                                    data=loader, fitted=fitted,
+                                    watch=_start_watch(sampler, name, bnn, x, config, potential, head, started))
     jitter = torch.randn(config.num_chains, z0.shape[-1], generator=generator)  # unit draws, scaled below
     estimate = gradient_estimator(potential, loader, config.batch_size, generator)
     rule = None
@@ -193,7 +211,7 @@ def fit_sgmcmc(bnn, x, y, config, seed: int, progress: bool, name: str, sampler:
     jitter_sd = start_jitter(config.init_jitter, curvature_record["hessian_radius"])
     z = z0 + (jitter_sd * jitter).to(z0)
     info = run_info(name, config, seed, x, started, num_chains=config.num_chains, num_random=potential.dim,
-                    output_head=None if loader is not None else head_module(bnn, x)[0], **init_record)
+                    output_head=head, **init_record)
     info["start_jitter"] = jitter_sd
     info["step_size_rule" if rule is not None else "start_curvature"] = curvature_record
     return sample_sgmcmc(

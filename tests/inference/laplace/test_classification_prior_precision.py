@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -101,3 +102,37 @@ def test_last_layer_glm_on_digits_is_close_to_the_probit_and_far_from_uniform():
     assert "validation" in post.info
     assert glm_nll < 0.25 * uniform and abs(glm_nll - nll(probit)) < 0.1 and glm_nll < map_nll
     assert nll(evidence) > 0.4 * uniform  # what the default avoids: the evidence's near-uniform predictive
+
+
+def test_a_validation_search_ending_at_its_grids_edge_warns_and_records_it():
+    # issue 37: digits-last chose δ = 10^6, the default grid's top, on every seed.  The scores of a δ do not depend on
+    # the rest of the grid (one held-out MAP, the closed-form probit), so the grid's points up to the best δ end the
+    # search at the upper edge, those from it at the lower edge, and its two neighbours around it inside
+    bnn, x, y = _classifier()
+    kwargs = dict(backend="laplace", seed=0, progress=False, map_steps=100, num_samples=2)
+    wide = [10.0**k for k in range(-2, 5)]  # held-out NLL 0.94, 0.74, 0.62, 0.611, 0.613, 0.614, 0.614
+    post = fit(copy.deepcopy(bnn), x, y, prior_precision_grid=wide, **kwargs)
+    scores = [row["validation_nll"] for row in post.info["validation"]]
+    best = scores.index(min(scores))
+    assert 0 < best < len(wide) - 1 and post.info["prior_precision_at_edge"] is None  # a minimum inside this grid
+    for grid, edge in ((wide[: best + 1], "upper"), (wide[best:][::-1], "lower")):  # any order
+        with pytest.warns(UserWarning, match=rf"chose prior precision δ = {wide[best]:.3g}, the {edge} edge of its grid") \
+                as caught:
+            post = fit(copy.deepcopy(bnn), x, y, prior_precision_grid=grid, **kwargs)
+        assert post.info["prior_precision_scale"] == wide[best] and post.info["prior_precision_at_edge"] == edge
+        message = [w for w in caught if "validation search" in str(w.message)]
+        assert len(message) == 1 and message[0].filename == __file__  # points at the call of fit
+        assert "prior_precision_grid" in str(message[0].message)
+        assert f"(the {edge} edge of its grid)" in repr(post)
+        assert ("collapses toward the MAP" if edge == "upper" else "prior_precision='marglik'") in str(message[0].message)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*validation search")
+        inside = fit(copy.deepcopy(bnn), x, y, prior_precision_grid=wide[best - 1: best + 2], **kwargs)
+    assert inside.info["prior_precision_scale"] == wide[best] and inside.info["prior_precision_at_edge"] is None
+
+
+def test_grid_edge_reads_any_order_and_a_single_value_is_no_search():
+    from inference.laplace.evidence import grid_edge
+
+    assert grid_edge([1.0, 0.1, 10.0], 0.1) == "lower" and grid_edge([1.0, 0.1, 10.0], 10.0) == "upper"
+    assert grid_edge([1.0, 0.1, 10.0], 1.0) is None and grid_edge([3.0], 3.0) is None

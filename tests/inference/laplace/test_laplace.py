@@ -490,3 +490,4 @@ def test_the_default_map_is_the_map_backends_fit():
     assert laplace.info["map_steps"] == 200 * 2  # ⌈90 / 64⌉ = 2 batches per epoch
     expected = torch.cat([reference.draws[site.name][0, 0].reshape(-1) for site in laplace.bnn.sites])
     assert torch.equal(laplace.mean, expected)
+

@@ -13,8 +13,10 @@ from tests.inference.mcmc.test_hmc import FAST as NO_BUDGET, busy, linear_bnn
 FAST = {k: v for k, v in NO_BUDGET.items() if k != "time_budget"}
 from inference import TimeBudgetExceeded, fit
 from inference.mcmc.budget import (
-    MIN_ITERATIONS, WINDOW, Forecast, Projection, duration, projected_seconds, sampler_advice, time_budget,
+    MIN_ITERATIONS, WINDOW, Forecast, Projection, duration, projected_seconds, sampler_advice, start_advice,
+    start_budget, time_budget,
 )  # fmt: skip
+from inference.optim.start import StartRun
 from inference.mcmc.compilation import COMPILED_COST_FRACTION, LazyCompile
 
 INFO = {"n_steps": torch.tensor([1023.0, 1023.0]), "tree_depth": torch.tensor([10.0, 10.0])}
@@ -223,3 +225,107 @@ def test_the_advice_counts_what_stochastic_last_would_sample():
     bnn = BayesianNetwork(net, "all", likelihood=GaussianLikelihood(learn_noise=True), example_input=x[:2])
     assert bnn.num_random == 1154 and last_layer_dim(bnn, x) == 33 + 1  # the output layer and the noise precision
     assert last_layer_dim(bnn, None) == 34  # without an example input: the last parametrised module registered
+
+
+# ---------------------------------------------------------------------- the MAP start inside the projection
+def steps(on_step, clock, seconds: float, count: int) -> int:
+    """``count`` Adam steps of ``seconds`` each through ``on_step``, advancing ``clock``; the steps taken."""
+    for k in range(count):
+        clock.now += seconds
+        on_step()
+    return count
+
+
+def test_a_map_start_projected_past_the_budget_stops_within_its_first_steps_with_the_advice():
+    # 5 s of set-up, then a start of 1 000 steps of 0.1 s (100 s) and a sampler of at least 400 gradients on the
+    # start's rows (40 s): 145 s > 120 s, not twice it, so it stops at the third timed step (the first is set-up: it
+    # pays one-off costs), the advice in the message
+    clock = Clock()
+    clock.now = 5.0
+    advise = lambda p: start_advice(p, map_steps=2000, dim=1154, last_dim=34)  # noqa: E731
+    watch = start_budget(120.0, 0.0, name="nuts", sampler_gradients=400, gradient_rows=64, advise=advise, clock=clock)
+    on_step = watch(StartRun("MAP start", 1000, 0, 64))
+    with pytest.raises(TimeBudgetExceeded) as caught:
+        steps(on_step, clock, 0.1, 1000)
+    p = caught.value.projection
+    assert p.stage == "start" and p.done == MIN_ITERATIONS and p.total == 999 and p.rate == pytest.approx(0.1)
+    assert p.pending == pytest.approx(40.0) and p.setup == pytest.approx(5.1)
+    assert p.projected == pytest.approx(5.4 + 996 * 0.1 + 40.0)
+    message = str(caught.value)
+    assert message.startswith("nuts: stopped early in its MAP start, after 4 Adam steps (5 s): the fit would take at "
+                              "least 2 min in all (about 2 min more for the start at 0.1 s per step, then at least "
+                              "40 s for the sampler), past time_budget=120 s. To fit within it: map_steps=1499")
+    # the start's 99.9 s after its first step scaled to the 74.9 s that the set-up and the sampler leave: 1 499 of
+    # its 2 000 steps
+    assert caught.value.advice == [
+        "map_steps=1499 (now 2000; 0.1 s per Adam step of the MAP start)",
+        "init='current' (no MAP start: the chains start from the network's weights as they are, e.g. a network you "
+        "trained)",
+        "stochastic='last' (34 random values instead of 1154: the sampler then runs the output layer on cached "
+        "features)"]
+    assert pickle.loads(pickle.dumps(caught.value)).projection == p
+    # a start clearly over the budget (1 000 steps of 1 s) stops at its first timed step
+    clock.now = 5.0
+    with pytest.raises(TimeBudgetExceeded, match="after 2 Adam steps"):
+        steps(watch(StartRun("MAP start", 1000, 0, 64)), clock, 1.0, 1000)
+
+
+def test_a_map_start_within_the_budget_runs_to_its_end_and_stops_checking_after_its_steps():
+    clock = Clock()
+    clock.now = 5.0  # 5 + 100 s of start, the sampler's cost not estimated (cached features): 105 s < 120 s
+    watch = start_budget(120.0, 0.0, name="nuts", sampler_gradients=0.0, gradient_rows=64, advise=lambda p: [],
+                         clock=clock)
+    on_step = watch(StartRun("MAP start", 1000, 0, 64))
+    assert steps(on_step, clock, 0.1, 1000) == 1000 and on_step.state.done == 999
+    steps(on_step, clock, 10.0, 5)  # past the steps it announced: no more checks (and no more timing)
+    assert on_step.state.done == 999
+    # a sampler on fewer rows than a step's counts a share of the step: SG-MCMC's 1 000 steps on 16 of 64 rows
+    # are 250 steps' time, 25 s: 130 s, past the budget
+    clock.now = 5.0
+    watch = start_budget(120.0, 0.0, name="sgld", sampler_gradients=1000, gradient_rows=16, advise=lambda p: [],
+                         clock=clock)
+    with pytest.raises(TimeBudgetExceeded) as caught:
+        steps(watch(StartRun("MAP start", 1000, 0, 64)), clock, 0.1, 1000)
+    assert caught.value.projection.pending == pytest.approx(25.0)
+    # a held-out trial counts the fewest steps it takes and the refit's least after it, at the same rate
+    clock.now = 5.0
+    trial = watch(StartRun("MAP start (held-out epochs)", 200, 10, 64))
+    with pytest.raises(TimeBudgetExceeded) as caught:
+        steps(trial, clock, 0.5, 200)
+    assert caught.value.projection.total == 199 + 10 and caught.value.projection.done == MIN_ITERATIONS
+
+
+def test_start_advice_leaves_out_what_would_not_help():
+    # the sampler's least cost alone fills the budget: no map_steps; none estimated: no stochastic='last'
+    over = Projection(10.0, 300.0, 120.0, 3, 1000, 0.1, 5.0, {}, 200.0, "start")
+    assert [a.split(" ")[0] for a in start_advice(over, map_steps=2000, dim=100, last_dim=10)] == [
+        "init='current'", "stochastic='last'"]
+    cached = Projection(10.0, 300.0, 120.0, 3, 1000, 0.1, 5.0, {}, 0.0, "start")
+    assert [a.split(" ")[0] for a in start_advice(cached, map_steps=2000, dim=100, last_dim=10)] == [
+        "map_steps=779", "init='current'"]  # 2 000 · 115 / 295 = 779.7
+
+
+@pytest.mark.parametrize("backend, options", [
+    ("nuts", {"compile": False}),
+    ("hmc", {"compile": False}),
+    ("sgld", {}),
+    ("csgmcmc", {"num_cycles": 1}),
+])
+def test_every_sampler_stops_in_a_map_start_projected_past_its_budget(backend, options):
+    data = make_conjugate_regression()
+    started = time.perf_counter()
+    with pytest.raises(TimeBudgetExceeded) as caught:
+        fit(linear_bnn(data), data.x, data.y, backend=backend, seed=0, progress=False, num_chains=2, time_budget=30,
+            map_steps=10**7, **options)  # 10^7 steps of ~1 ms: hours, clearly over 30 s from the first step
+    assert time.perf_counter() - started < 20
+    error = caught.value
+    assert error.backend == backend and error.projection.stage == "start" and error.projection.total == 10**7 - 1
+    assert "stopped early in its MAP start" in str(error) and "map_steps=" in str(error)
+    assert "init='current'" in str(error) and "time_budget=None" in str(error)
+
+
+def test_a_default_nuts_fit_on_a_small_model_is_not_stopped_by_its_start():
+    data = make_conjugate_regression()
+    post = fit(linear_bnn(data), data.x, data.y, backend="nuts", seed=0, progress=False, num_chains=2, warmup_steps=50,
+               num_samples=50, compile=False)
+    assert post.info["init"] == "map" and post.info["map_steps"] > 0

@@ -9,6 +9,7 @@ from torch import nn
 from inference.optim.latent_fit import latents_at_map
 from inference.optim.map import MAPOptions, fit_map
 from inference.optim.potential import Potential
+from inference.optim.early_stopping import default_patience
 from inference.optim.start import initial_point, map_epochs, start_stack_blocker, trains_body
 from zoo import BayesianNetwork, GaussianLikelihood
 
@@ -78,3 +79,49 @@ def fit_stack_allowed(backend, bnn) -> bool:
 
     engine = BACKENDS[backend]
     return engine.stack_blocker(bnn, parse_config(engine, {})) is None
+
+
+def _watched_start(bnn, x, y, map_steps):
+    """``initial_point`` with a watch recording each announced run and the steps it then took."""
+    runs = []
+
+    def watch(run):
+        runs.append([run, 0])
+
+        def on_step():
+            runs[-1][1] += 1
+        return on_step
+
+    _, record = initial_point(Potential(bnn, x, y), "map", map_steps=map_steps, map_lr=0.01, watch=watch)
+    return runs, record
+
+
+def test_the_watch_sees_each_map_run_and_each_step_and_the_announced_steps_are_the_least_taken():
+    """A sampler's time budget watches the start (inference.mcmc.budget.start_budget): a held-out choice announces
+    its trial with the fewest steps it can take (patience + 1 epochs of the kept rows' batches) and at least one
+    refit epoch after it; the refit, its exact steps."""
+    x, y = _problem()
+    runs, record = _watched_start(_model(x), x, y, 600)  # 40 rows: one batch an epoch; trial on 32 kept rows
+    (trial, trial_steps), (refit, refit_steps) = runs
+    chosen = record["early_stopping"]
+    assert trial.desc == "MAP start (held-out epochs)" and trial.batch_rows == 32 and trial.later_steps == 1
+    assert trial.steps == default_patience(600) + 1 <= trial_steps == chosen["epochs_run"]
+    assert refit.desc == "MAP start" and refit.later_steps == 0 and refit.batch_rows == 40
+    assert refit.steps == refit_steps == record["map_steps"] == chosen["epochs"]
+    runs, record = _watched_start(_model(x, "all"), x, y, 30)  # no held-out choice: one run, announced exactly
+    assert [(run.steps, taken) for run, taken in runs] == [(30, 30)] and record["map_steps"] == 30
+
+
+def test_what_the_watch_raises_ends_the_start():
+    x, y = _problem()
+
+    class Stop(Exception):
+        pass
+
+    def watch(run):
+        def on_step():
+            raise Stop(run.desc)
+        return on_step
+
+    with pytest.raises(Stop, match="MAP start"):
+        initial_point(Potential(_model(x, "all"), x, y), "map", map_steps=30, map_lr=0.01, watch=watch)
