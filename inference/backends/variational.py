@@ -47,6 +47,7 @@ from inference.variational.elbo_paths import check_elbo_path, elbo_particle, elb
 from inference.variational.families import get_family
 from inference.variational.fit import fit_guide
 from inference.variational.guides import stock_model_blocker
+from inference.variational.length import HeldOutLengthOptions, fit_held_out_length
 from inference.variational.meanfield import ESTIMATORS
 from inference.variational.protocol import SNR_RULE
 from inference.variational.radial_kl import resolve_mc_kl
@@ -78,8 +79,10 @@ MIN_STEPS = 5000
 
 
 @dataclass
-class MeanFieldConfig(LoopOptions):
-    """Options shared by the mean-field family backends: :class:`~inference.optim.training.LoopOptions` plus
+class MeanFieldConfig(HeldOutLengthOptions, LoopOptions):
+    """Options shared by the mean-field family backends: :class:`~inference.optim.training.LoopOptions`, the
+    held-out choice of the length (:class:`~inference.variational.length.HeldOutLengthOptions`; the dropout
+    families keep their own budget, :class:`DropoutVDConfig`) plus
 
     Attributes:
         estimator: ``"weights"`` (one draw of all weights per step) or ``"lrt"`` (local
@@ -197,8 +200,9 @@ class KingmaVDConfig(DropoutVDConfig):
 
 
 @dataclass
-class RadialConfig(LoopOptions):
-    """Options of the ``radial`` backend: :class:`~inference.optim.training.LoopOptions` plus
+class RadialConfig(HeldOutLengthOptions, LoopOptions):
+    """Options of the ``radial`` backend: :class:`~inference.optim.training.LoopOptions`, the held-out choice of
+    the length (:class:`~inference.variational.length.HeldOutLengthOptions`) plus
 
     Attributes:
         mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1); giving it
@@ -241,12 +245,17 @@ class _VariationalBackend(Backend):
             )
         if isinstance(config, DropoutVDConfig):
             config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)
-        return fit_guide(
-            self.name, bnn, x, y, config, seed, progress, self.guide_name, self._guide_kwargs(config),
-            self._particle(bnn, config), info=lambda guide: self._extra_info(bnn, guide, config),
-            sparsity=(config.prune_threshold, config.track_sparsity), fused_adam=True,
-            held_out_body=isinstance(config, DropoutVDConfig) and config.protocol == "data-size",
-        )
+
+        def one_fit(xs, ys, options, stop, held_out):
+            return fit_guide(
+                self.name, bnn, xs, ys, options, seed, progress, self.guide_name, self._guide_kwargs(options),
+                self._particle(bnn, options), info=lambda guide: self._extra_info(bnn, guide, options),
+                sparsity=(options.prune_threshold, options.track_sparsity and not held_out), fused_adam=True,
+                held_out_body=isinstance(options, DropoutVDConfig) and options.protocol == "data-size", stop=stop,
+                desc=f"{self.name} (held-out length)" if held_out else None,
+            )
+
+        return fit_held_out_length(one_fit, bnn, x, y, config, seed)
 
 
 class _MeanFieldBackend(_VariationalBackend):
