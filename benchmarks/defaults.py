@@ -24,6 +24,7 @@ under 60 s.
     python benchmarks/defaults.py                                   # every cell (hours on 2 cores)
     python benchmarks/defaults.py --backends sparse-vd kingma-vd --shapes sine moons
     python benchmarks/defaults.py --cell sine svi last              # one fit here, one JSON line
+    python benchmarks/defaults.py --cell energy svi all --split 1   # energy's UCI split 1 (the matrix: split 0)
 
 Results are appended to ``--csv`` (default ``benchmarks/results/defaults_matrix.csv``) as each
 cell finishes; a rerun skips the cells already there (``--rerun`` fits them again and replaces
@@ -80,9 +81,9 @@ GRID_TEST_LL = {
 
 
 # ---------------------------------------------------------------------- one cell, in this process
-def run_cell(shape: str, backend: str, selector: str, threads: int = 0) -> dict:
+def run_cell(shape: str, backend: str, selector: str, threads: int = 0, split: int = 0) -> dict:
     """Fit one cell with the backend's defaults and evaluate it on the held-out points (``threads``:
-    torch's intra-op threads, 0 for torch's default)."""
+    torch's intra-op threads, 0 for torch's default; ``split``: energy's UCI split, 0 in the matrix)."""
     import torch
 
     if threads:
@@ -92,8 +93,8 @@ def run_cell(shape: str, backend: str, selector: str, threads: int = 0) -> dict:
     from inference import evaluate, fit
     from inference.evaluation.diagnostics import convergence_metrics
 
-    problem = build_problem(shape, selector)
-    row = {"threads": torch.get_num_threads()}
+    problem = build_problem(shape, selector, split)
+    row = {"threads": torch.get_num_threads(), **({"split": split} if split else {})}
     try:
         posterior = fit(problem.bnn, problem.x_train, problem.y_train, backend=backend, seed=0, progress=False)
     except Exception as err:  # the cell's outcome: a refusal, an early stop with its projection, a failure
@@ -297,6 +298,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a cell's process is killed")
     parser.add_argument("--cell", nargs=3, metavar=("SHAPE", "BACKEND", "SELECTOR"),
                         help="fit one cell in this process and print its row as JSON")
+    parser.add_argument("--split", type=int, default=0,
+                        help="with --cell energy ...: the UCI split (the matrix uses split 0)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch intra-op threads in each cell (default 0: torch's own choice, as a user gets)")
     parser.add_argument("--cli", action="store_true", help="issue 23's check: the CLI on energy (RESULTS section 7)")
@@ -304,7 +307,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.cell:
         _die_with_parent()
-        print(json.dumps(run_cell(*args.cell, threads=args.threads), default=float), flush=True)
+        print(json.dumps(run_cell(*args.cell, threads=args.threads, split=args.split), default=float), flush=True)
     elif args.cli:
         if args.timeout == 300.0:
             args.timeout = 900.0

@@ -83,11 +83,11 @@ def _moons(selector: str) -> Problem:
     return Problem(bnn, data.x_train, data.y_train, data.x_test, data.y_test, "classification")
 
 
-def _energy(selector: str) -> Problem:
+def _energy(selector: str, split: int = 0) -> Problem:
     from zoo.architectures import MLP
     from zoo.data import load_dataset
 
-    data = load_dataset("uci:energy", split=0)
+    data = load_dataset("uci:energy", split=split)
     torch.manual_seed(0)
     bnn = BayesianNetwork(MLP(data.input_dim, 1, hidden=(50,)), stochastic=selector,
                           likelihood=GaussianLikelihood(learn_noise=True), example_input=data.x_train[:2],
@@ -148,9 +148,13 @@ SELECTORS = {"sine": ("last", "all"), "moons": ("last", "all"), "energy": ("last
              "gru": ("last",)}
 
 
-def build_problem(shape: str, selector: str) -> Problem:
+def build_problem(shape: str, selector: str, split: int = 0) -> Problem:
+    """The shape's problem; ``split``: energy's UCI split (the matrix's cells use split 0; the other shapes have one
+    data set)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; valid shapes: {', '.join(SHAPES)}")
     if selector not in SELECTORS[shape]:
         raise ValueError(f"shape {shape!r} is fitted with stochastic in {SELECTORS[shape]}, not {selector!r}")
-    return SHAPES[shape](selector)
+    if split and shape != "energy":
+        raise ValueError(f"--split applies to the energy shape only (UCI splits); {shape!r} has one data set")
+    return SHAPES[shape](selector, split) if shape == "energy" else SHAPES[shape](selector)

@@ -29,16 +29,16 @@ homoscedastic, learned per member.
 With a likelihood that has a variance head (the heteroscedastic Gaussian) the members' number of epochs is
 chosen on held-out rows by member 0's MAP fit (the ``map`` backend's choice for the same seed, so member 0
 stays the ``map`` fit), and every member is then fitted on all rows for that many epochs (``early_stopping``,
-:mod:`inference.optim.early_stopping`; ``info["early_stopping"]``).
+:mod:`inference.optim.early_stopping`; ``info["early_stopping"]``;
+:func:`inference.ensembles.map_members.fit_ensemble_held_out`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
+from inference.ensembles.map_members import EnsembleOptions, fit_ensemble_held_out
 from inference.ensembles.stacked import ensemble_stack_blocker, fit_ensemble_stacked
-from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
-from inference.optim.map import fit_map
+from inference.optim.early_stopping import EarlyStoppingOptions
 from inference.posterior import SamplePosterior
 from inference.backends.base import Backend
 
@@ -70,12 +70,4 @@ class EnsembleBackend(Backend):
     stack_blocker = staticmethod(ensemble_stack_blocker)
 
     def run(self, bnn, x, y, config: EnsembleConfig, seed: int, progress: bool) -> SamplePosterior:
-        if not uses_early_stopping(bnn, config, x):
-            return fit_ensemble(bnn, x, y, config, seed, progress)
-        epochs, record = choose_epochs(
-            lambda xk, yk, stop: fit_map(bnn, xk, yk, replace(config, early_stopping=False), seed, progress,
-                                         desc="ensemble (held-out epochs)", stop=stop),
-            bnn, x, y, config.epochs, config, seed)
-        posterior = fit_ensemble(bnn, x, y, replace(config, epochs=epochs, early_stopping=False), seed, progress)
-        posterior.info["early_stopping"] = record
-        return posterior
+        return fit_ensemble_held_out(bnn, x, y, config, seed, progress)

@@ -3,7 +3,8 @@
 
 The fit is the one training loop, :func:`inference.variational.fit.fit_guide` (minibatches, KL
 annealing, deterministic pretraining, particle averaging, non-finite checks); deterministic
-parameters are trained jointly unless the model froze them.  Each step's ELBO is estimated on
+parameters are trained jointly unless the model froze them.  The length is chosen on held-out rows unless
+``epochs`` is given (:mod:`inference.variational.length`).  Each step's ELBO is estimated on
 one of two paths (:mod:`inference.variational.elbo_paths`), recorded in ``posterior.info["elbo_path"]``:
 
 * ``"fused"`` — the default guide on a model whose random weights all have Normal priors:
@@ -27,14 +28,17 @@ from inference.variational.posterior import VariationalPosterior
 from inference.variational.elbo_paths import check_elbo_path, choose_elbo_path, elbo_particle, elbo_path_info
 from inference.variational.fit import fit_guide
 from inference.variational.guides import GUIDES
+from inference.variational.length import HeldOutLengthOptions, fit_held_out_length
 from inference.variational.stacked_svi import fit_svi_stacked, svi_stack_blocker
 
 __all__ = ["SVIConfig", "SVIBackend"]
 
 
 @dataclass
-class SVIConfig(LoopOptions):
-    """Options of the SVI backend: :class:`~inference.optim.training.LoopOptions` plus the guide.
+class SVIConfig(HeldOutLengthOptions, LoopOptions):
+    """Options of the SVI backend: :class:`~inference.optim.training.LoopOptions`, the held-out choice of the
+    length (:class:`~inference.variational.length.HeldOutLengthOptions`: ``epochs`` ``None`` chooses it on
+    held-out rows, :mod:`inference.variational.length`) and the guide.
 
     Attributes:
         guide: a name in :data:`inference.variational.guides.GUIDES`.
@@ -67,7 +71,12 @@ class SVIBackend(Backend):
         guide_kwargs = {"init_scale": config.init_scale, **(config.guide_options or {})}
         path, reason = choose_elbo_path(bnn, config)
         info = elbo_path_info(path, reason)
-        return fit_guide(
-            self.name, bnn, x, y, config, seed, progress, config.guide, guide_kwargs, elbo_particle(bnn, path),
-            info=lambda guide: info, fused_adam=path == "fused",
-        )
+
+        def one_fit(xs, ys, options, stop, held_out):
+            return fit_guide(
+                self.name, bnn, xs, ys, options, seed, progress, options.guide, guide_kwargs, elbo_particle(bnn, path),
+                info=lambda guide: info, fused_adam=path == "fused", stop=stop,
+                desc=f"{self.name} (held-out length)" if held_out else None,
+            )
+
+        return fit_held_out_length(one_fit, bnn, x, y, config, seed)

@@ -5,7 +5,10 @@ All follow the one backend contract and train with the one training loop,
 :func:`inference.variational.fit.fit_guide` (minibatches, Adam with the learning-rate schedule, KL
 annealing, deterministic pretraining — the guide's means start at the pretrained weights —,
 particle averaging, non-finite checks).  The objective per minibatch is
-−(N/n) Σ_batch E_q[log p(y|x,w)] + β KL(q ‖ p).
+−(N/n) Σ_batch E_q[log p(y|x,w)] + β KL(q ‖ p).  The length of ``svi-lrt``, ``graves`` and ``radial`` is chosen
+on held-out rows unless ``epochs`` is given (:mod:`inference.variational.length`: the held-out predictive of q,
+the ``map`` backend's early-stopping rule, then a refit on every row; ``early_stopping=False``: the fixed 200
+epochs); the dropout families keep their budget from the data size (``early_stopping=True`` chooses within it).
 
 * ``graves`` — Gaussian mean-field with a Gaussian prior (the model's Normal prior, or
   N(``prior_mean``, ``prior_sd``²)) and its analytic KL (Graves 2011).  Default estimator
@@ -47,6 +50,7 @@ from inference.variational.elbo_paths import check_elbo_path, elbo_particle, elb
 from inference.variational.families import get_family
 from inference.variational.fit import fit_guide
 from inference.variational.guides import stock_model_blocker
+from inference.variational.length import HeldOutLengthOptions, fit_held_out_length
 from inference.variational.meanfield import ESTIMATORS
 from inference.variational.protocol import SNR_RULE
 from inference.variational.radial_kl import resolve_mc_kl
@@ -78,8 +82,10 @@ MIN_STEPS = 5000
 
 
 @dataclass
-class MeanFieldConfig(LoopOptions):
-    """Options shared by the mean-field family backends: :class:`~inference.optim.training.LoopOptions` plus
+class MeanFieldConfig(HeldOutLengthOptions, LoopOptions):
+    """Options shared by the mean-field family backends: :class:`~inference.optim.training.LoopOptions`, the
+    held-out choice of the length (:class:`~inference.variational.length.HeldOutLengthOptions`; the dropout
+    families keep their own budget, :class:`DropoutVDConfig`) plus
 
     Attributes:
         estimator: ``"weights"`` (one draw of all weights per step) or ``"lrt"`` (local
@@ -197,8 +203,9 @@ class KingmaVDConfig(DropoutVDConfig):
 
 
 @dataclass
-class RadialConfig(LoopOptions):
-    """Options of the ``radial`` backend: :class:`~inference.optim.training.LoopOptions` plus
+class RadialConfig(HeldOutLengthOptions, LoopOptions):
+    """Options of the ``radial`` backend: :class:`~inference.optim.training.LoopOptions`, the held-out choice of
+    the length (:class:`~inference.variational.length.HeldOutLengthOptions`) plus
 
     Attributes:
         mc_kl_samples: M, Monte Carlo draws of the prior cross-entropy per step (≥ 1); giving it
@@ -241,12 +248,17 @@ class _VariationalBackend(Backend):
             )
         if isinstance(config, DropoutVDConfig):
             config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)
-        return fit_guide(
-            self.name, bnn, x, y, config, seed, progress, self.guide_name, self._guide_kwargs(config),
-            self._particle(bnn, config), info=lambda guide: self._extra_info(bnn, guide, config),
-            sparsity=(config.prune_threshold, config.track_sparsity), fused_adam=True,
-            held_out_body=isinstance(config, DropoutVDConfig) and config.protocol == "data-size",
-        )
+
+        def one_fit(xs, ys, options, stop, held_out):
+            return fit_guide(
+                self.name, bnn, xs, ys, options, seed, progress, self.guide_name, self._guide_kwargs(options),
+                self._particle(bnn, options), info=lambda guide: self._extra_info(bnn, guide, options),
+                sparsity=(options.prune_threshold, options.track_sparsity and not held_out), fused_adam=True,
+                held_out_body=isinstance(options, DropoutVDConfig) and options.protocol == "data-size", stop=stop,
+                desc=f"{self.name} (held-out length)" if held_out else None,
+            )
+
+        return fit_held_out_length(one_fit, bnn, x, y, config, seed)
 
 
 class _MeanFieldBackend(_VariationalBackend):

@@ -17,17 +17,20 @@ the deterministic ones frozen, all members are independent.  The members run one
 * in ``workers`` local processes or as Ray tasks (:func:`inference.workers.run_calls`);
 * one after another in this process (the only way from a DataLoader's batches).
 
-:func:`fit_ensemble` is the ``ensemble`` backend's fit and the ``swag`` / ``multiswag`` burn-in.
+:func:`fit_ensemble` fits the members for the configured epochs; :func:`fit_ensemble_held_out` first chooses those
+epochs on held-out rows where the ``map`` backend's rule asks for it — the ``ensemble`` backend's fit and the ``swag`` /
+``multiswag`` burn-in.
 """
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 from inference.ensembles.initialisation import check_member_options, member_initial_values
 from inference.optim.batches import LoaderBatches
+from inference.optim.early_stopping import choose_epochs, uses_early_stopping
 from inference.optim.map import MAPFit, MAPOptions, fit_map, run_info, stack_members
 from inference.optim.potential import frozen_deterministic
 from inference.optim.training import NonFiniteLossError
@@ -37,7 +40,7 @@ from inference.optim.stacked_map import fit_map_members
 from inference.posterior import SamplePosterior
 from inference.workers import run_calls
 
-__all__ = ["EnsembleOptions", "fit_member", "fit_ensemble"]
+__all__ = ["EnsembleOptions", "fit_member", "fit_ensemble", "fit_ensemble_held_out"]
 
 
 @dataclass
@@ -127,4 +130,30 @@ def fit_ensemble(bnn, x, y, config: EnsembleOptions, seed: int, progress: bool) 
     if stopped:
         member, step = stopped[0]
         raise NonFiniteLossError(step, f"the loss or gradient of ensemble member {member}", posterior)
+    return posterior
+
+
+def fit_ensemble_held_out(bnn, x, y, config: EnsembleOptions, seed: int, progress: bool, held_out=None,
+                          desc: str = "ensemble") -> SamplePosterior:
+    """:func:`fit_ensemble`, its epochs first chosen on held-out rows where ``held_out`` asks for it.
+
+    ``held_out``: the :class:`~inference.optim.early_stopping.EarlyStoppingOptions` (or a config with their
+    fields; ``None``: ``config`` itself).  Where :func:`~inference.optim.early_stopping.uses_early_stopping` says so
+    (by default a variance head, or a trained body that sets a learned noise), member 0's MAP fit — the ``map``
+    backend's fit of the same seed — runs on the kept rows for at most ``config.epochs`` and
+    :func:`~inference.optim.early_stopping.choose_epochs` picks E* from its held-out curve; every member is then
+    fitted on all rows for E* epochs, so member 0 stays the ``map`` fit.  The posterior's
+    ``info["early_stopping"]`` holds the choice (absent when the epochs were not chosen); its ``config`` records
+    the epochs fitted.  The ``ensemble`` backend's fit and the SWAG burn-in (:mod:`inference.swag.sgd`).
+    """
+    held_out = config if held_out is None else held_out
+    if not uses_early_stopping(bnn, held_out, x):
+        return fit_ensemble(bnn, x, y, config, seed, progress)
+    no_choice = {"early_stopping": False} if "early_stopping" in {f.name for f in fields(config)} else {}
+    config = replace(config, **no_choice)
+    epochs, record = choose_epochs(
+        lambda xk, yk, stop: fit_map(bnn, xk, yk, config, seed, progress, desc=f"{desc} (held-out epochs)", stop=stop),
+        bnn, x, y, config.epochs, held_out, seed)
+    posterior = fit_ensemble(bnn, x, y, replace(config, epochs=epochs), seed, progress)
+    posterior.info["early_stopping"] = record
     return posterior

@@ -39,7 +39,7 @@ from inference.optim.potential import Potential
 from inference.optim.training import NonFiniteLossError
 from inference.swag.batchnorm import batch_statistics, batchnorm_layers, refreshed_statistics
 from inference.swag.moments import init_moments
-from inference.swag.sgd import burnin_epochs_of, swag_iterates
+from inference.swag.sgd import swag_iterates
 from inference.swag.swag_posterior import SWAGPosterior, swag_samples
 
 __all__ = ["fit_swag"]
@@ -67,10 +67,11 @@ def fit_swag(bnn, x, y, config, seed: int, progress: bool, name: str = "swag") -
     like = bnn.target_scale  # the model's dtype and device
     moments = init_moments(num_members, potential.dim, config.max_rank, like.dtype, like.device)
     with batch_statistics(bnn.net):
-        z, stopped = swag_iterates(bnn, x, y, config, seed, progress, potential, moments, collect_every)
+        z, stopped, burnin_epochs, burnin_choice = swag_iterates(bnn, x, y, config, seed, progress, potential, moments,
+                                                                 collect_every)
     info = run_info(name, config, seed, x, started, num_chains=num_members, chains_are_members=num_members > 1,
                     num_random=potential.dim, collect_every=collect_every, num_snapshots=moments.count,
-                    burnin_epochs=burnin_epochs_of(config))
+                    burnin_epochs=burnin_epochs, **({"burnin_early_stopping": burnin_choice} if burnin_choice else {}))
     if stopped is None:
         generator = torch.Generator(device=like.device).manual_seed(seed)
         theta = swag_samples(moments, config.num_samples, config.diag, generator)

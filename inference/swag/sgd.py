@@ -16,28 +16,27 @@ then SGD with momentum collecting snapshots.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import pyro
 import torch
 
-from inference.ensembles.map_members import EnsembleOptions, fit_ensemble
-from inference.optim.early_stopping import EarlyStoppingOptions, choose_epochs, uses_early_stopping
-from inference.optim.map import fit_map
+from inference.ensembles.map_members import EnsembleOptions, fit_ensemble_held_out
+from inference.optim.early_stopping import EarlyStoppingOptions
 from inference.ensembles.initialisation import member_initial_values
 from inference.optim.batches import minibatches
 from inference.optim.potential import Potential, frozen_deterministic
 from inference.swag.moments import SWAGMoments, update_moments
 
-__all__ = ["swag_iterates", "burnin_epochs_of"]
+__all__ = ["SWAGIterates", "swag_iterates", "burnin_epochs_of"]
 
 
 def burnin_epochs_of(config) -> int:
-    """The burn-in's epochs: ``config.burnin_epochs``, else (``None``) the ``ensemble`` backend's members' epochs
-    (:class:`~inference.ensembles.map_members.EnsembleOptions`, 200), or the SWAG phase's where more — and then, as
-    that backend does for a variance head or a trained body that sets a learned noise, at most that many, chosen on
-    held-out rows (:func:`~inference.optim.early_stopping.choose_epochs`) — so that each member starts SWAG from the
+    """The burn-in's configured epochs: ``config.burnin_epochs``, else (``None``) the ``ensemble`` backend's members'
+    epochs (:class:`~inference.ensembles.map_members.EnsembleOptions`, 200), or the SWAG phase's where more — and
+    then, as that backend does for a variance head or a trained body that sets a learned noise, at most that many,
+    chosen on held-out rows (:func:`~inference.ensembles.map_members.fit_ensemble_held_out`; the length run is
+    ``info["burnin_epochs"]``, the choice ``info["burnin_early_stopping"]``) — so that each member starts SWAG from the
     fit that backend returns: SWAG summarises SGD iterates around a trained solution
     (Maddox et al. 2019 start from a pretrained network; MultiSWAG is SWAG around each deep-ensemble member, Wilson &
     Izmailov 2020).  The SWAG phase's 100 epochs left members from fresh starts underfitted (UCI energy, 8-50-1:
@@ -49,27 +48,37 @@ def burnin_epochs_of(config) -> int:
     return max(int(config.epochs), EnsembleOptions().epochs)
 
 
+class SWAGIterates(NamedTuple):
+    """What :func:`swag_iterates` leaves besides the moments: ``z`` the last finite iterate ``[M, D]``, ``stopped``
+    the step of a NaN/inf gradient (``None``: the phase finished), ``burnin_epochs`` the burn-in's epochs as run (the
+    chosen length where it was chosen on held-out rows; 0 without burn-in) and ``burnin_early_stopping`` the choice's
+    record (:func:`~inference.optim.early_stopping.choose_epochs`; ``None`` when the length was not chosen)."""
+
+    z: torch.Tensor
+    stopped: Optional[int]
+    burnin_epochs: int
+    burnin_early_stopping: Optional[dict]
+
+
 def swag_iterates(bnn, x, y, config, seed: int, progress: bool, potential: Potential, moments: SWAGMoments,
-                  collect_every: int) -> tuple[torch.Tensor, Optional[int]]:
+                  collect_every: int) -> SWAGIterates:
     """Burn-in and the SWAG phase, collecting into ``moments`` (``M`` members, in place).
 
     ``config`` is the ``swag`` / ``multiswag`` config (``epochs``, ``batch_size``, ``lr``, ``lr_schedule``,
     ``lr_min``, ``momentum``, ``burnin_epochs``, ``burnin_lr``; ``workers`` and ``executor`` where it has them).
-    Returns ``(last finite z [M, D], step of a NaN/inf gradient or None)``.
+    Returns the :class:`SWAGIterates`.
     """
     num_members, num_data = moments.mean.shape[0], potential.num_data
-    burnin_epochs = burnin_epochs_of(config)
-    if burnin_epochs:  # the burn-in is a deep ensemble of the members' MAP fits
+    burnin_epochs, record = burnin_epochs_of(config), None
+    if burnin_epochs:  # the burn-in is a deep ensemble of the members' MAP fits, as the ensemble backend fits them
         burn_in = EnsembleOptions(epochs=burnin_epochs, batch_size=config.batch_size, lr=config.burnin_lr,
                                   num_members=num_members, workers=int(getattr(config, "workers", 1)),
                                   executor=getattr(config, "executor", "local"))
-        held_out = EarlyStoppingOptions()
-        if config.burnin_epochs is None and uses_early_stopping(bnn, held_out, x):  # as the ensemble backend chooses
-            epochs, _ = choose_epochs(
-                lambda xk, yk, stop: fit_map(bnn, xk, yk, burn_in, seed, False, desc="swag burn-in (held-out epochs)",
-                                             stop=stop), bnn, x, y, burnin_epochs, held_out, seed)
-            burn_in = replace(burn_in, epochs=epochs)
-        starts = fit_ensemble(bnn, x, y, burn_in, seed, progress).draws  # {site: [M, 1, ...]}
+        held_out = EarlyStoppingOptions(early_stopping=None if config.burnin_epochs is None else False)
+        members = fit_ensemble_held_out(bnn, x, y, burn_in, seed, progress, held_out, desc="swag burn-in")
+        record = members.info.get("early_stopping")
+        burnin_epochs = record["epochs"] if record else burnin_epochs
+        starts = members.draws  # {site: [M, 1, ...]}
         z = potential.pack({name: value[:, 0] for name, value in starts.items()})
     else:
         inits = [{}] + [member_initial_values(bnn, seed + m) for m in range(1, num_members)]
@@ -86,10 +95,10 @@ def swag_iterates(bnn, x, y, config, seed: int, progress: bool, potential: Poten
                 lr = config.lr if config.lr_schedule == "constant" else (1 - phase) * config.lr + phase * config.lr_min
                 _, grad = potential.value_and_grad(z, index)
                 if not bool(torch.isfinite(grad).all()):
-                    return z, step
+                    return SWAGIterates(z, step, burnin_epochs, record)
                 velocity = config.momentum * velocity + grad / num_data
                 z = z + lr * velocity
                 step += 1
                 if step % collect_every == 0:
                     update_moments(moments, z)
-    return z, None
+    return SWAGIterates(z, None, burnin_epochs, record)

@@ -29,7 +29,10 @@ from inference.variational.elbo import elbo_terms
 from inference.variational.guides import build_guide
 from inference.variational.pruning import guide_sparsity
 
-__all__ = ["trace_particle", "fit_guide"]
+__all__ = ["MONITOR_DRAWS", "trace_particle", "fit_guide"]
+
+#: draws of q per epoch with which a ``stop`` callback scores the held-out predictive (:func:`fit_guide`)
+MONITOR_DRAWS = 32
 
 
 def trace_particle(bnn, guide, x, y, num_data: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,6 +57,8 @@ def fit_guide(
     sparsity: Optional[tuple[Optional[float], bool]] = None,
     fused_adam: bool = False,
     held_out_body: bool = False,
+    stop: Optional[Callable] = None,
+    desc: Optional[str] = None,
 ) -> VariationalPosterior:
     """A whole variational fit: seed, pretrain, build the guide, train it, return the posterior.
 
@@ -82,6 +87,11 @@ def fit_guide(
             pretrain on every row for that many, and keep the body at those values while the guide trains
             (``info["body"]``), as the samplers keep their MAP start's body: a long variational budget on a few
             hundred rows otherwise fits the body to the training residuals, and the noise with it.
+        stop: ``stop(epoch, draws) -> bool`` after each epoch, ``draws`` :data:`MONITOR_DRAWS` draws ``{site: [S,
+            ...]}`` of the current q under one fixed seed (common random numbers: the held-out curve moves with q,
+            not with the Monte Carlo); ``True`` ends the training there (the held-out choice of the ELBO's length,
+            :mod:`inference.variational.length`).
+        desc: the progress bar's label (default: the backend and its number of random weights).
     Returns:
         the :class:`~inference.variational.posterior.VariationalPosterior`; ``info["history"]`` holds the
         per-epoch history.
@@ -124,12 +134,16 @@ def fit_guide(
         history["layer_sparsity"].append(report["layers"])
         return {"sparsity": f"{report['sparsity']:.3f}", "layers": "/".join(f"{v:.2f}" for v in report["layers"].values())}
 
+    def draws(epoch):  # q's draws under one seed, every epoch the same (VariationalPosterior's own sampler)
+        return stop(epoch, VariationalPosterior(bnn, guide, guide_name, guide_kwargs).sample_params(MONITOR_DRAWS, seed))
+
     if not params:  # nothing to optimise (frozen network, no latents)
         return result()
     with frozen_deterministic(bnn) if body else contextlib.nullcontext():
         run_training_loop(
             lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
-            result, desc=f"{backend} ({bnn.num_random} random)", progress=progress,
+            result, desc=desc or f"{backend} ({bnn.num_random} random)", progress=progress,
             on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
+            stop=None if stop is None else draws,
         )
     return result()

@@ -36,6 +36,7 @@ from inference.optim.stacked_training import run_stacked_loop
 from inference.optim.map import run_info
 from inference.optim.training import HISTORY_KEYS, NonFiniteLossError
 from inference.variational.guides import normal_prior_blocker, stock_model_blocker
+from inference.variational.length import HELD_OUT_LENGTH_BLOCKER, chooses_length
 from inference.variational.pruning import guide_sparsity
 from inference.variational.radial import radial_noise
 from inference.variational.radial_kl import radial_exact_kl_rows, resolve_mc_kl
@@ -48,6 +49,8 @@ __all__ = ["fit_radial_stacked", "radial_stack_blocker"]
 def radial_stack_blocker(bnn, config) -> Optional[str]:
     """Why a ``radial`` fit cannot join a stacked batch (the backend's own reason), or ``None``: the stacked
     engine runs the fused path with the exact cross-entropy and Normal weight priors."""
+    if chooses_length(config):
+        return HELD_OUT_LENGTH_BLOCKER
     if config.elbo_path == "pyro-trace":
         return "the radial fit takes the Pyro-trace ELBO path (requested)"
     if resolve_mc_kl(config.mc_kl_samples, config.mc_kl_estimator)[1] != "exact":

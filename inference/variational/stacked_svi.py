@@ -42,6 +42,7 @@ from inference.variational.elbo_paths import choose_elbo_path
 from inference.variational.families import normal_kl
 from inference.variational.guides import build_guide
 from inference.variational.latents import normal_prior_params
+from inference.variational.length import HELD_OUT_LENGTH_BLOCKER, chooses_length
 from inference.variational.posterior import VariationalPosterior
 
 __all__ = ["fit_svi_stacked", "svi_stack_blocker", "pretrain_stacked", "stacked_guides", "stacked_noise",
@@ -163,6 +164,8 @@ def latent_draw(loc: torch.Tensor, scale: torch.Tensor, log_scale: torch.Tensor,
 def svi_stack_blocker(bnn, config):
     """Why an ``svi`` fit cannot join a stacked batch (the backend's own reason), or ``None``: the stacked
     engine runs the fused ELBO path only (:func:`inference.variational.elbo_paths.choose_elbo_path`)."""
+    if chooses_length(config):
+        return HELD_OUT_LENGTH_BLOCKER
     path, reason = choose_elbo_path(bnn, config)
     return None if path == "fused" else f"the svi fit takes the Pyro-trace ELBO path ({reason})"
 

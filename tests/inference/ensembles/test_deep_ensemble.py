@@ -116,15 +116,16 @@ def test_the_run_layer_gives_mean_variance_members_and_the_paper_budget():
 
 
 @pytest.mark.parametrize("num_data, options, epochs, chosen", [
-    (200, {}, 1000, True),  # 2 steps per epoch: held-out choice up to 2000 steps
-    (455, {}, 400, True),  # boston: 5 steps per epoch
-    (7373, {}, 40, True),  # 74 steps per epoch: the paper's 40 epochs are more than 2000 steps
+    (200, {}, 2500, True),  # 2 steps per epoch: held-out choice up to 5000 steps
+    (455, {}, 1000, True),  # boston: 5 steps per epoch
+    (7373, {}, 68, True),  # 74 steps per epoch
+    (20000, {}, 40, True),  # 200 steps per epoch: the paper's 40 epochs are more than 5000 steps
     (200, {"protocol": "lakshminarayanan2017"}, 40, False),
     (200, {"early_stopping": False}, 40, False),
     (200, {"max_steps": 0}, 40, True),
     (200, {"epochs": 7}, 7, False),
     (200, {"epochs": 7, "early_stopping": True}, 7, True),
-    (200, {"batch_size": None}, 2000, True),  # full batch: one step per epoch
+    (200, {"batch_size": None}, 5000, True),  # full batch: one step per epoch
 ])
 def test_epochs_are_chosen_on_held_out_rows_up_to_the_papers_or_max_steps(num_data, options, epochs, chosen):
     config = DeepEnsembleConfig(**options)

@@ -187,5 +187,24 @@ def test_multiswag_members_start_from_the_ensemble_backends_fits(stochastic, lik
     swa_means = swag.param_draws()  # {site: [M, S, ...]}: S draws around each member's SWA mean, spread ~ 1e-9
     for name, value in members.items():
         torch.testing.assert_close(swa_means[name].mean(1), value[:, 0], atol=1e-4, rtol=1e-4)
-    assert swag.info["burnin_epochs"] == 200
     assert ("early_stopping" in ensemble.info) == (stochastic == "last")
+    if stochastic == "last":  # the burn-in records the length it chose (the ensemble's), not the most it could take
+        chosen = ensemble.info["early_stopping"]
+        assert swag.info["burnin_epochs"] == chosen["epochs"] < 200
+        assert swag.info["burnin_early_stopping"] == chosen
+    else:
+        assert swag.info["burnin_epochs"] == 200 and "burnin_early_stopping" not in swag.info
+
+
+def test_an_explicit_burn_in_length_is_run_as_given_without_a_held_out_choice():
+    """``burnin_epochs=E`` is the burn-in's length even where the default would choose it on held-out rows (a
+    trained body with a learned noise): ``info["burnin_epochs"]`` is E and no choice is recorded."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(40, 1, generator=g) * 6 - 3
+    y = torch.sin(x) + 0.1 * torch.randn(40, 1, generator=g)
+    torch.manual_seed(0)
+    bnn = BayesianNetwork(nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1)), "last",
+                          likelihood=GaussianLikelihood(learn_noise=True), example_input=x[:2])
+    post = fit(bnn, x, y, backend="swag", seed=0, progress=False, epochs=3, burnin_epochs=7, batch_size=20,
+               num_samples=2, diag=True)
+    assert post.info["burnin_epochs"] == 7 and "burnin_early_stopping" not in post.info
