@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Optional
 
 import torch
 
@@ -36,7 +37,9 @@ class SMCConfig:
         num_particles: N, the population (the draws returned).
         target_ess: ρ, the conditional ESS fraction each temperature step keeps (Zhou et al. 2016).
         num_moves: HMC moves per particle per stage.
-        num_leapfrog: leapfrog steps per HMC move.
+        num_leapfrog: leapfrog steps per HMC move (with ``trajectory_length``: the most).
+        trajectory_length: τ, the integration time ε L of a move in units of the population's sd: L = min(
+            ``num_leapfrog``, ⌈τ / ε⌉) (:func:`inference.smc.mutation.num_leapfrog_steps`); ``None``: L fixed.
         target_accept: the acceptance the step size is adapted towards.
         step_size: the first stage's step size (in units of the population's standard deviation).
         step_jitter: j of the per-particle step ε (1 + j u), u ~ U(−1, 1).
@@ -51,10 +54,12 @@ class SMCConfig:
     step_size: float = 0.5
     step_jitter: float = 0.2
     max_stages: int = 1000
+    trajectory_length: Optional[float] = None
 
     def __post_init__(self):
         check_smc_options(self.num_particles, self.target_ess, self.num_moves, self.num_leapfrog,
-                          self.target_accept, self.step_size, self.step_jitter, self.max_stages)
+                          self.target_accept, self.step_size, self.step_jitter, self.max_stages,
+                          self.trajectory_length)
 
 
 def prior_particles(potential: Potential, num_particles: int, generator: torch.Generator) -> torch.Tensor:
@@ -82,7 +87,8 @@ def smc_posterior(bnn, x: torch.Tensor, y: torch.Tensor, config: SMCConfig, seed
     potential = Potential(bnn, x, y)
     init, step = build_smc(potential.prior_and_likelihood, target_ess=config.target_ess, num_moves=config.num_moves,
                            num_leapfrog=config.num_leapfrog, target_accept=config.target_accept,
-                           step_size=config.step_size, step_jitter=config.step_jitter)
+                           step_size=config.step_size, step_jitter=config.step_jitter,
+                           trajectory_length=config.trajectory_length)
     with frozen_deterministic(bnn):
         z0 = prior_particles(potential, config.num_particles, generator)
         run = run_smc(init, step, z0, generator, max_stages=config.max_stages, progress=progress,
@@ -97,6 +103,7 @@ def smc_posterior(bnn, x: torch.Tensor, y: torch.Tensor, config: SMCConfig, seed
         "betas": [s["beta"] for s in stages], "ess": [s["ess"] for s in stages],
         "acceptance": [sum(s["acceptance"]) / len(s["acceptance"]) for s in stages],
         "step_size": [s["step_size"] for s in stages], "divergences": sum(s["divergences"] for s in stages),
+        "leapfrog_steps": sum(sum(s["leapfrog_steps"]) for s in stages),  # per particle, the whole run
     }
     stats = {"log_likelihood_sum": run.log_likelihood[order].unsqueeze(0)}  # Σ_n log p(y_n | θ) per draw, [1, N]
     return SamplePosterior(bnn, potential.draws(z.unsqueeze(0)), sample_stats=stats, info=info)

@@ -55,7 +55,7 @@ class SMCRun(NamedTuple):
     """What :func:`run_smc` returns: the final particles ``z`` ``[N, D]`` (equal weights, β = 1), their
     ``log_likelihood`` ``[N]``, ``log_evidence`` (log Ẑ), and ``stages``: one dict per stage (``beta``, ``ess``
     (the ESS of the stage's weights before resampling), ``acceptance`` (mean per move), ``divergences``,
-    ``step_size``, ``log_evidence``, ``seconds``)."""
+    ``step_size``, ``leapfrog_steps`` (per move), ``log_evidence``, ``seconds``)."""
 
     z: torch.Tensor
     log_likelihood: torch.Tensor
@@ -64,7 +64,8 @@ class SMCRun(NamedTuple):
 
 
 def check_smc_options(num_particles: int, target_ess: float, num_moves: int, num_leapfrog: int,
-                      target_accept: float, step_size: float, step_jitter: float, max_stages: int) -> None:
+                      target_accept: float, step_size: float, step_jitter: float, max_stages: int,
+                      trajectory_length=None) -> None:
     """A ``ValueError`` naming the first invalid option (before any work is done)."""
     checks = (
         (num_particles >= 2, f"num_particles must be at least 2 (resampling needs a population), got {num_particles}"),
@@ -75,6 +76,8 @@ def check_smc_options(num_particles: int, target_ess: float, num_moves: int, num
         (step_size > 0.0, f"step_size must be positive, got {step_size}"),
         (0.0 <= step_jitter < 1.0, f"step_jitter must lie in [0, 1), got {step_jitter}"),
         (max_stages >= 1, f"max_stages must be at least 1, got {max_stages}"),
+        (trajectory_length is None or trajectory_length > 0,
+         f"trajectory_length must be positive (or None: always num_leapfrog steps), got {trajectory_length}"),
     )
     for ok, message in checks:
         if not ok:
@@ -83,13 +86,16 @@ def check_smc_options(num_particles: int, target_ess: float, num_moves: int, num
 
 def build_smc(prior_and_likelihood: Callable, *, target_ess: float = 0.5, num_moves: int = 5, num_leapfrog: int = 10,
               target_accept: float = 0.8, step_size: float = 0.5, step_jitter: float = 0.2,
-              max_energy_error: float = 1000.0) -> tuple[Callable, Callable]:
+              max_energy_error: float = 1000.0, trajectory_length=None) -> tuple[Callable, Callable]:
     """``(init, step)`` of tempered SMC (module docstring) on ``prior_and_likelihood(z [N, D]) -> (log prior
     [N], log-likelihood [N])`` (the log prior with the log-Jacobian of the unconstrained coordinates).
 
     ``init(z [N, D]) -> SMCState`` takes prior draws; ``step(state, generator) -> (state, record)`` runs one stage.
+    Each HMC move takes ``num_leapfrog`` leapfrog steps, or with ``trajectory_length`` τ min(``num_leapfrog``,
+    ⌈τ / ε⌉) (:func:`~inference.smc.mutation.num_leapfrog_steps`).
     """
-    check_smc_options(2, target_ess, num_moves, num_leapfrog, target_accept, step_size, step_jitter, 1)
+    check_smc_options(2, target_ess, num_moves, num_leapfrog, target_accept, step_size, step_jitter, 1,
+                      trajectory_length)
 
     def init(z: torch.Tensor) -> SMCState:
         with torch.no_grad():
@@ -108,11 +114,13 @@ def build_smc(prior_and_likelihood: Callable, *, target_ess: float = 0.5, num_mo
         ancestors = systematic_resample(log_weights, generator)
         z, moves = mutate(prior_and_likelihood, state.z[ancestors], beta, metric, state.step_size, generator,
                           num_moves=num_moves, num_leapfrog=num_leapfrog, target_accept=target_accept,
-                          step_jitter=step_jitter, max_energy_error=max_energy_error)
+                          step_jitter=step_jitter, max_energy_error=max_energy_error,
+                          trajectory_length=trajectory_length)
         with torch.no_grad():
             _, log_lik = prior_and_likelihood(z)
         record = {"beta": beta, "ess": effective_sample_size(log_weights), "acceptance": moves.acceptance,
-                  "divergences": moves.divergences, "step_size": moves.step_size, "log_evidence": log_evidence,
+                  "divergences": moves.divergences, "step_size": moves.step_size, "leapfrog_steps": moves.leapfrog_steps,
+                  "log_evidence": log_evidence,
                   "seconds": time.perf_counter() - started}
         return SMCState(z, log_lik, beta, log_evidence, moves.step_size), record
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from inference.optim.potential import Potential
+from inference.smc.mutation import num_leapfrog_steps
 from inference.smc import (SMCConfig, adapt_step_size, build_smc, conditional_ess, effective_sample_size,
                            log_evidence_increment, next_temperature, population_metric, prior_particles,
                            systematic_resample)
@@ -56,6 +57,7 @@ def test_next_temperature_hits_the_target_or_ends_at_one():
     (lambda: SMCConfig(step_size=0.0), "step_size must be positive"),
     (lambda: SMCConfig(step_jitter=1.0), "step_jitter must lie in"),
     (lambda: SMCConfig(max_stages=0), "max_stages must be at least 1"),
+    (lambda: SMCConfig(trajectory_length=0.0), "trajectory_length must be positive"),
     (lambda: build_smc(lambda z: (z.sum(-1), z.sum(-1)), target_ess=1.5), "target_ess"),
 ])  # fmt: skip
 def test_bad_input_raises_a_clear_value_error(call, message):
@@ -90,6 +92,9 @@ def test_population_metric_is_the_weighted_variance_and_the_step_size_rule():
     assert adapt_step_size(0.1, 0.8, 0.8) == pytest.approx(0.1)
     assert adapt_step_size(0.1, 0.0, 0.8) == pytest.approx(0.1 * math.exp(-1.6))
     assert adapt_step_size(0.1, float("nan"), 0.8) == adapt_step_size(0.1, 0.0, 0.8)
+    # L = min(L_max, ⌈τ / ε⌉): the integration time ε L stays τ until the cap
+    assert [num_leapfrog_steps(eps, 1.0, 50) for eps in (0.3, 0.1, 0.01)] == [4, 10, 50]
+    assert num_leapfrog_steps(2.0, 1.0, 50) == 1 and num_leapfrog_steps(0.01, None, 7) == 7
 
 
 def _noise_bnn():
