@@ -92,7 +92,7 @@ def _nuts(chains, warmup, samples, depth, thin=1, target_accept=0.9, map_steps=2
 #: independent SMC runs per reference half (the "chains" of its diagnostics)
 SMC_RUNS = 8
 #: SMC settings of the every-weight regression networks (measured in RESULTS, section 10)
-SMC_SETTINGS = {"energy-small": _smc(256, 4, 10), "yacht-small": _smc(256, 5, 40)}
+SMC_SETTINGS = {"energy-small": _smc(128, 3, 10), "yacht-small": _smc(128, 5, 20)}
 
 #: the reference problems (see the module docstring); sampler settings measured in RESULTS, section 10
 PROBLEMS: dict[str, ReferenceProblem] = {p.name: p for p in (
