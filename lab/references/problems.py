@@ -91,7 +91,9 @@ def _nuts(chains, warmup, samples, depth, thin=1, target_accept=0.9, map_steps=2
 
 #: independent SMC runs per reference half (the "chains" of its diagnostics)
 SMC_RUNS = 8
-#: SMC settings of the every-weight regression networks (measured in RESULTS, section 10)
+#: SMC settings of the every-weight regression networks: what builds in minutes on two shared cores; the builds
+#: with them miss the targets by far (independent runs end in different modes, their log evidence nats apart;
+#: RESULTS, section 10): a reference that meets them needs far longer HMC moves per stage and more particles
 SMC_SETTINGS = {"energy-small": _smc(128, 3, 10), "yacht-small": _smc(128, 5, 20)}
 
 #: the reference problems (see the module docstring); sampler settings measured in RESULTS, section 10
