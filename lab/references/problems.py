@@ -76,9 +76,10 @@ class ReferenceProblem:
 METHODS = ("nuts", "smc")
 
 
-def _smc(particles, moves, leapfrog, target_ess=0.5, target_accept=0.8) -> dict:
+def _smc(particles, moves, leapfrog, target_ess=0.5, target_accept=0.8, trajectory_length=None) -> dict:
     return {"num_particles": particles, "target_ess": target_ess, "num_moves": moves, "num_leapfrog": leapfrog,
-            "target_accept": target_accept, "step_size": 0.5, "step_jitter": 0.2, "max_stages": 1000}
+            "target_accept": target_accept, "step_size": 0.5, "step_jitter": 0.2, "max_stages": 1000,
+            "trajectory_length": trajectory_length}
 
 
 def _nuts(chains, warmup, samples, depth, thin=1, target_accept=0.9, map_steps=2000, dense=False,
