@@ -186,6 +186,20 @@ class Potential:
         scale = self.num_data / x.shape[0]
         return self._log_prior(z, values, log_det + scale * self.bnn.log_likelihood(values, x, y).sum(-1))
 
+    def prior_and_likelihood(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log p(T(z)) + log|det J| [C], log p(y | x, T(z)) [C])`` on the full stored data: the two terms of
+        :meth:`log_density`, whose sum it is, kept apart for tempered targets p(θ) p(y | θ)^β
+        (:mod:`inference.smc`)."""
+        if self.x is None:
+            raise ValueError("the likelihood of a DataLoader's potential is only available per batch")
+        values, log_det = self.unpack(z)
+        if self.head is not None:
+            f = self.head.outputs(self.bnn, values, None)
+            log_lik = self.bnn.likelihood.log_prob(f, self.y, self.bnn.latents_of(values)).sum(-1)
+        else:
+            log_lik = self.bnn.log_likelihood(values, self.x, self.y).sum(-1)
+        return self._log_prior(z, values, log_det), log_lik
+
     def _log_prior(self, z: torch.Tensor, values: dict, lp: torch.Tensor) -> torch.Tensor:
         """``lp`` plus the log prior of ``values`` (the factorised Normal weights as one expression over ``z``)."""
         if self._fast:

@@ -1,9 +1,12 @@
-"""Reference posteriors: long multi-chain NUTS on a problem of :mod:`lab.references.problems`, stored as data.
+"""Reference posteriors: long multi-chain NUTS or tempered SMC on a problem of :mod:`lab.references.problems`, stored as data.
 
 ``python -m zoo reference build NAME [--out DIR]`` runs :func:`build_reference`: two independent
 *halves* (``a``, the reference, and ``b``, its twin for the noise floor), each of
-``problem.fits`` NUTS fits with their own seeds (own initial weights, MAP start, adaptation and
-chains) over the problem's model (:func:`lab.references.problems.problem_model`, the same
+``problem.fits`` fits with their own seeds over the problem's model — NUTS fits (own initial weights, MAP start,
+adaptation and chains), or for ``method="smc"`` independent tempered SMC runs (:func:`inference.smc.smc_posterior`:
+own prior draws, resampling and moves; each run's ``N`` equally weighted particles, in a random order, are one
+"chain" of the diagnostics, so R-hat and ESS across the runs measure whether independent runs agree, on the
+weights of the modes too) — over the problem's model (:func:`lab.references.problems.problem_model`, the same
 ``BayesianNetwork`` the backends fit; the noise precision a latent), with the problem's explicit
 sampler settings.  Stored are the *predictive* draws of every kept iteration at the test points
 and the plotting grid: per draw the predictive mixture's component (location and noise scale,
@@ -36,9 +39,10 @@ import torch
 
 from inference.evaluation.fidelity import classification_fidelity, regression_fidelity
 from inference.fitting import fit
+from inference.smc import SMCConfig, smc_posterior
 from zoo.likelihoods import PredictiveMixture
 
-from .problems import (PROBLEMS, TINY, ReferenceProblem, data_fingerprint, get_problem, model_signature,
+from .problems import (PROBLEMS, TINY, TINY_SMC, ReferenceProblem, data_fingerprint, get_problem, model_signature,
                                  plot_grid, problem_data, problem_model, train_body)
 from .diagnostics import predictive_diagnostics
 from lab.runs.check import StoreError, verify_run
@@ -102,6 +106,13 @@ def _predictive_arrays(posterior, x: torch.Tensor, seed: int) -> dict:
 
 def _fit_record(posterior, seconds: float) -> dict:
     info, stats = posterior.info, posterior.sample_stats
+    if info.get("backend") == "smc":
+        return {"seed": info["seed"], "seconds": seconds, "num_stages": info["num_stages"],
+                # the ESS of the last stage's importance weights (before its resampling), of N particles
+                "final_ess": info["final_ess"], "log_evidence": info["log_evidence"],
+                "divergences": info["divergences"], "acceptance_mean": sum(info["acceptance"]) / len(info["acceptance"]),
+                "acceptance_min": min(info["acceptance"]), "step_size_final": info["step_size"][-1],
+                "num_random": info["num_random"], "betas": info["betas"]}
     return {"seed": info["seed"], "seconds": seconds, "divergences": info.get("divergences"),
             "warmup_divergences": info.get("warmup_divergences"),
             "tree_depth_saturated": info.get("tree_depth_saturated"),
@@ -111,6 +122,13 @@ def _fit_record(posterior, seconds: float) -> dict:
             "step_size": info.get("step_size"), "num_random": info.get("num_random"), "metric": info.get("metric")}
 
 
+def _fit(problem, bnn, data, sampler: dict, seed: int, progress: bool, desc: str):
+    """One fit of the problem's sampler: the ``nuts`` backend, or one SMC run (draws ``[1, N, ...]``)."""
+    if problem.method == "smc":
+        return smc_posterior(bnn, data.x_train, data.y_train, SMCConfig(**sampler), seed, progress, desc=desc)
+    return fit(bnn, data.x_train, data.y_train, backend="nuts", seed=seed, progress=progress, **sampler)
+
+
 def _half(problem, data, grid, half: str, sampler: dict, fits: int, progress: bool) -> tuple[dict, list]:
     """The predictive arrays of one half (``{"test/loc": [C·fits, S, ...], ...}``) and its fits' records."""
     arrays, records = {}, []
@@ -118,7 +136,7 @@ def _half(problem, data, grid, half: str, sampler: dict, fits: int, progress: bo
         seed = SEED_BASE[half] + i
         bnn = problem_model(problem, data, seed)
         started = time.perf_counter()
-        posterior = fit(bnn, data.x_train, data.y_train, backend="nuts", seed=seed, progress=progress, **sampler)
+        posterior = _fit(problem, bnn, data, sampler, seed, progress, desc=f"smc {half}{i + 1}/{fits}")
         records.append(_fit_record(posterior, time.perf_counter() - started))
         for where, x in (("test", data.x_test), ("grid", grid)):
             if x is None:
@@ -145,12 +163,16 @@ def build_reference(problem, out=None, *, sampler: Optional[dict] = None, fits: 
                     overwrite: bool = False, progress: bool = True, tiny: bool = False) -> Path:
     """Build ``problem`` (a :class:`ReferenceProblem` or its name) into ``out`` (default
     ``references_root() / NAME``); returns the folder.  ``sampler`` / ``fits`` replace the problem's
-    settings (``tiny=True``: :data:`lab.references.problems.TINY` and one fit per half, seconds long, for
-    tests: marked ``"tiny": true``, never meeting the targets)."""
+    settings (``tiny=True``: :data:`lab.references.problems.TINY` and one fit per half, or
+    :data:`~lab.references.problems.TINY_SMC` and two runs per half, seconds long, for tests: marked
+    ``"tiny": true``, never meeting the targets)."""
     problem = get_problem(problem) if isinstance(problem, str) else problem
     out = Path(out) if out is not None else references_root() / problem.name
-    sampler = dict(TINY if tiny else (sampler or problem.sampler))
-    fits = int(fits or (1 if tiny else problem.fits))
+    smc = problem.method == "smc"
+    sampler = dict((TINY_SMC if smc else TINY) if tiny else (sampler or problem.sampler))
+    fits = int(fits or ((2 if smc else 1) if tiny else problem.fits))
+    if smc:
+        SMCConfig(**sampler)  # bad options: a ValueError before any work
     started, cpu_started, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
     with staged_directory(out, overwrite) as staging:  # the destination is checked before any work
         body = train_body(problem, progress, map_steps=sampler["map_steps"] if tiny else None) \
@@ -160,7 +182,8 @@ def build_reference(problem, out=None, *, sampler: Optional[dict] = None, fits: 
         halves, records = {}, {}
         for half in HALVES:
             halves[half], records[half] = _half(problem, data, grid, half, sampler, fits, progress)
-        chains_per_fit = int(sampler["num_chains"]) if fits > 1 and int(sampler["num_chains"]) >= 2 else None
+        # NUTS: the within-fit diagnostics over each fit's chains; SMC: each run is one chain
+        chains_per_fit = int(sampler["num_chains"]) if not smc and fits > 1 and int(sampler["num_chains"]) >= 2 else None
         diagnostics = {half: predictive_diagnostics(halves[half], chains_per_fit) for half in HALVES}
         floor = _score(data.task, halves["b"], halves["a"])
         arrays = {f"{half}/{key}": value for half in HALVES for key, value in halves[half].items()}
@@ -178,7 +201,7 @@ def build_reference(problem, out=None, *, sampler: Optional[dict] = None, fits: 
                         "frozen_body": problem.frozen_body, "grid": problem.grid},
             "task": data.task, "data": {**data.summary(), "fingerprint": data_fingerprint(data)},
             "model": model_signature(problem_model(problem, data, 0)),
-            "sampler": {"backend": "nuts", "options": sampler, "fits_per_half": fits,
+            "sampler": {"backend": problem.method, "options": sampler, "fits_per_half": fits,
                         "seeds": {h: [SEED_BASE[h] + i for i in range(fits)] for h in HALVES}},
             "fits": records, "versions": _versions(),
             "diagnostics": diagnostics, "rhat_max": rhat, "ess_bulk_min": ess,

@@ -16,7 +16,7 @@ def add_reference_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="reference_command", required=True)
     sub.add_parser("list", help="the reference problems and whether each is built (in $BNN_ZOO_REFERENCES or "
                                 "~/.cache/bnn-zoo/references)")
-    build = sub.add_parser("build", help="build one reference posterior (long multi-chain NUTS; minutes to tens of "
+    build = sub.add_parser("build", help="build one reference posterior (long multi-chain NUTS or tempered SMC; minutes to tens of "
                                          "minutes on 2 cores)")
     build.add_argument("name", metavar="NAME", help=f"the problem: {', '.join(PROBLEMS)}")
     build.add_argument("--out", help="reference folder to write (default: $BNN_ZOO_REFERENCES/NAME or "

@@ -6,7 +6,9 @@ build, the store, the checks and the scoring; the real references are data built
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 
@@ -212,3 +214,29 @@ def test_tiny_frozen_body_reference(tmp_path):
     data = problem_data(reference.problem, body)
     assert data.x_train.shape == (691, 50) and reference.manifest["data"]["fingerprint"] == data.fingerprint()
     assert reference.manifest["model"]["sites"] == {"out.weight": [1, 50], "out.bias": [1]}
+
+
+def test_tiny_smc_reference_stores_one_chain_per_run(tmp_path):
+    """An SMC problem (yacht-small): each half is independent SMC runs, each run's particles one "chain" of the
+    diagnostics; the manifest names the sampler, its settings and every run's final-stage ESS."""
+    from lab.references.problems import TINY_SMC
+
+    problem = get_problem("yacht-small")
+    assert problem.method == "smc" and problem.fits >= 8 and get_problem("toy1d").method == "nuts"
+    path = build_reference(problem, tmp_path / "yacht-small", tiny=True, progress=False)
+    reference = load_reference(path)
+    manifest = reference.manifest
+    assert manifest["sampler"]["backend"] == "smc" and manifest["sampler"]["options"] == TINY_SMC
+    assert manifest["sampler"]["seeds"] == {"a": [1000, 1001], "b": [2000, 2001]}
+    particles, tests = TINY_SMC["num_particles"], len(problem_data(problem).x_test)
+    assert reference.half("b")["test/loc"].shape == (2, particles, tests, 1)
+    assert reference.half("a")["test/scale"].shape == (2, particles, 1, 1)
+    assert manifest["diagnostics"]["a"]["chains"] == 2 and "within_fits" not in manifest["diagnostics"]["a"]
+    for record in manifest["fits"]["a"]:
+        assert 1 <= record["final_ess"] <= particles and record["betas"][-1] == 1.0
+        assert math.isfinite(record["log_evidence"]) and record["num_stages"] == len(record["betas"])
+    with pytest.raises(ValueError, match="num_particles must be at least 2"):
+        build_reference(problem, tmp_path / "bad", sampler={**TINY_SMC, "num_particles": 1}, progress=False)
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="unknown method 'mh'; valid methods: nuts, smc"):
+        dataclasses.replace(problem, method="mh")
