@@ -32,7 +32,10 @@ class VariationalPosterior(Posterior):
         rows = [("guide", self.guide_name), ("draws", f"{self.default_num_samples} fresh guide draws per prediction")]
         history = self.info.get("history") or {}
         if history.get("loss"):
-            rows.append(("final loss", f"{fmt(history['loss'][-1])} after {len(history['loss'])} epochs"))
+            chosen = self.info.get("early_stopping")
+            how = (f" (chosen on {chosen['num_validation']} held-out rows, of at most {chosen['max_epochs']})"
+                   if isinstance(chosen, dict) else "")
+            rows.append(("final loss", f"{fmt(history['loss'][-1])} after {len(history['loss'])} epochs{how}"))
         for key in ("elbo_path", "family", "estimator"):
             if key in self.info:
                 rows.append((key.replace("_", " "), str(self.info[key])))

@@ -72,6 +72,10 @@ def test_the_choice_is_reproducible_from_the_seed_and_the_refit_is_a_plain_fit()
     plain = fit(*_pure_noise(), backend="svi", **{**OPTIONS, "early_stopping": None, "epochs": epochs})
     for name, value in first.guide.state_dict().items():
         assert torch.equal(value, again.guide.state_dict()[name]) and torch.equal(value, plain.guide.state_dict()[name])
+    record = first.info["early_stopping"]
+    assert (f"after {epochs} epochs (chosen on {record['num_validation']} held-out rows, of at most "
+            f"{record['max_epochs']})") in repr(first)
+    assert "held-out" not in repr(plain)
     other = fit(*_pure_noise(), backend="svi", **{**OPTIONS, "seed": 1})
     assert other.info["early_stopping"]["validation_ll"] != first.info["early_stopping"]["validation_ll"]
 
