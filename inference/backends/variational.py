@@ -249,13 +249,13 @@ class _VariationalBackend(Backend):
         if isinstance(config, DropoutVDConfig):
             config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)
 
-        def one_fit(xs, ys, options, stop, held_out):
+        def one_fit(xs, ys, options, stop, held_out, cycles):
             return fit_guide(
                 self.name, bnn, xs, ys, options, seed, progress, self.guide_name, self._guide_kwargs(options),
                 self._particle(bnn, options), info=lambda guide: self._extra_info(bnn, guide, options),
                 sparsity=(options.prune_threshold, options.track_sparsity and not held_out), fused_adam=True,
                 held_out_body=isinstance(options, DropoutVDConfig) and options.protocol == "data-size", stop=stop,
-                desc=f"{self.name} (held-out length)" if held_out else None,
+                desc=f"{self.name} (held-out length)" if held_out else None, cycles=cycles,
             )
 
         return fit_held_out_length(one_fit, bnn, x, y, config, seed)

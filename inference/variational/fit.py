@@ -59,6 +59,7 @@ def fit_guide(
     held_out_body: bool = False,
     stop: Optional[Callable] = None,
     desc: Optional[str] = None,
+    cycles: Optional[list] = None,
 ) -> VariationalPosterior:
     """A whole variational fit: seed, pretrain, build the guide, train it, return the posterior.
 
@@ -87,11 +88,13 @@ def fit_guide(
             pretrain on every row for that many, and keep the body at those values while the guide trains
             (``info["body"]``), as the samplers keep their MAP start's body: a long variational budget on a few
             hundred rows otherwise fits the body to the training residuals, and the noise with it.
-        stop: ``stop(epoch, draws) -> bool`` after each epoch, ``draws`` :data:`MONITOR_DRAWS` draws ``{site: [S,
-            ...]}`` of the current q under one fixed seed (common random numbers: the held-out curve moves with q,
-            not with the Monte Carlo); ``True`` ends the training there (the held-out choice of the ELBO's length,
-            :mod:`inference.variational.length`).
+        stop: ``stop(epoch, draws) -> bool`` after each epoch, ``draws()`` (called only where the epoch is scored)
+            :data:`MONITOR_DRAWS` draws ``{site: [S, ...]}`` of the current q under one fixed seed (common random
+            numbers: the held-out curve moves with q, not with the Monte Carlo); ``True`` ends the training there
+            (the held-out choice of the ELBO's length, :mod:`inference.variational.length`).
         desc: the progress bar's label (default: the backend and its number of random weights).
+        cycles: epochs of each learning-rate cycle, summing to ``config.epochs`` (warm restarts of the schedule,
+            :func:`inference.optim.training.run_training_loop`; ``None``: one schedule over the run).
     Returns:
         the :class:`~inference.variational.posterior.VariationalPosterior`; ``info["history"]`` holds the
         per-epoch history.
@@ -135,7 +138,8 @@ def fit_guide(
         return {"sparsity": f"{report['sparsity']:.3f}", "layers": "/".join(f"{v:.2f}" for v in report["layers"].values())}
 
     def draws(epoch):  # q's draws under one seed, every epoch the same (VariationalPosterior's own sampler)
-        return stop(epoch, VariationalPosterior(bnn, guide, guide_name, guide_kwargs).sample_params(MONITOR_DRAWS, seed))
+        return stop(epoch, lambda: VariationalPosterior(bnn, guide, guide_name, guide_kwargs).sample_params(
+            MONITOR_DRAWS, seed))
 
     if not params:  # nothing to optimise (frozen network, no latents)
         return result()
@@ -144,6 +148,6 @@ def fit_guide(
             lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
             result, desc=desc or f"{backend} ({bnn.num_random} random)", progress=progress,
             on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
-            stop=None if stop is None else draws,
+            stop=None if stop is None else draws, cycles=cycles,
         )
     return result()

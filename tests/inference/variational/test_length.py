@@ -14,7 +14,7 @@ from inference import fit
 from inference.backends import BACKENDS, parse_config
 from inference.fitting import batch_blocker
 from inference.optim.early_stopping import ValidationMonitor
-from inference.variational.length import FIXED_EPOCHS, chooses_length, max_epochs, smoothing_window
+from inference.variational.length import FIXED_EPOCHS, chooses_length, max_epochs
 from zoo import BayesianNetwork, GaussianLikelihood, NormalPrior
 
 
