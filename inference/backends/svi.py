@@ -72,11 +72,11 @@ class SVIBackend(Backend):
         path, reason = choose_elbo_path(bnn, config)
         info = elbo_path_info(path, reason)
 
-        def one_fit(xs, ys, options, stop, held_out, cycles):
+        def one_fit(xs, ys, options, stop, held_out):
             return fit_guide(
                 self.name, bnn, xs, ys, options, seed, progress, options.guide, guide_kwargs, elbo_particle(bnn, path),
                 info=lambda guide: info, fused_adam=path == "fused", stop=stop,
-                desc=f"{self.name} (held-out length)" if held_out else None, cycles=cycles,
+                desc=f"{self.name} (held-out length)" if held_out else None,
             )
 
         return fit_held_out_length(one_fit, bnn, x, y, config, seed)

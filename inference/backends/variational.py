@@ -6,9 +6,9 @@ All follow the one backend contract and train with the one training loop,
 annealing, deterministic pretraining — the guide's means start at the pretrained weights —,
 particle averaging, non-finite checks).  The objective per minibatch is
 −(N/n) Σ_batch E_q[log p(y|x,w)] + β KL(q ‖ p).  The length of ``svi-lrt``, ``graves`` and ``radial`` is chosen
-on held-out rows unless ``epochs`` is given (:mod:`inference.variational.length`: the held-out predictive of q,
-the ``map`` backend's early-stopping rule, then a refit on every row; ``early_stopping=False``: the fixed 200
-epochs); the dropout families keep their budget from the data size (``early_stopping=True`` chooses within it).
+on held-out rows unless ``epochs`` is given (:mod:`inference.variational.length`: the held-out predictive of q at
+the end of each cycle of a ladder of cosine cycles, then a refit on every row up to the best cycle;
+``early_stopping=False``: the fixed 200 epochs); the dropout families keep their budget from the data size (``early_stopping=True`` chooses within it).
 
 * ``graves`` — Gaussian mean-field with a Gaussian prior (the model's Normal prior, or
   N(``prior_mean``, ``prior_sd``²)) and its analytic KL (Graves 2011).  Default estimator
@@ -249,13 +249,13 @@ class _VariationalBackend(Backend):
         if isinstance(config, DropoutVDConfig):
             config = config.resolved(as_batches(x, y, config.batch_size).steps_per_epoch)
 
-        def one_fit(xs, ys, options, stop, held_out, cycles):
+        def one_fit(xs, ys, options, stop, held_out):
             return fit_guide(
                 self.name, bnn, xs, ys, options, seed, progress, self.guide_name, self._guide_kwargs(options),
                 self._particle(bnn, options), info=lambda guide: self._extra_info(bnn, guide, options),
                 sparsity=(options.prune_threshold, options.track_sparsity and not held_out), fused_adam=True,
                 held_out_body=isinstance(options, DropoutVDConfig) and options.protocol == "data-size", stop=stop,
-                desc=f"{self.name} (held-out length)" if held_out else None, cycles=cycles,
+                desc=f"{self.name} (held-out length)" if held_out else None,
             )
 
         return fit_held_out_length(one_fit, bnn, x, y, config, seed)

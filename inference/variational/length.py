@@ -58,7 +58,7 @@ __all__ = ["FIXED_EPOCHS", "MAX_STEPS", "CYCLE_EPOCHS", "HELD_OUT_LENGTH_BLOCKER
 FIXED_EPOCHS = 200
 #: the optimisation steps up to which the held-out choice may train on small data (:func:`max_epochs`)
 MAX_STEPS = 10_000
-#: epochs of the ladder's first cosine cycle (:func:`ladder`)
+#: epochs of the ladder's first fit (:func:`ladder`)
 CYCLE_EPOCHS = 100
 #: why a fit that chooses its length cannot join a stacked batch (the stacked engines train a given length)
 HELD_OUT_LENGTH_BLOCKER = ("the fit chooses its length on its own held-out rows (epochs=None), then refits for that "
@@ -73,7 +73,7 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
         epochs: passes over the training data (``None``: chosen on held-out rows, at most :func:`max_epochs`;
             the fixed :data:`FIXED_EPOCHS` where nothing is chosen).
         max_steps: the optimisation steps up to which the choice may train (:func:`max_epochs`).
-        cycle_epochs: epochs of the ladder's first learning-rate cycle; each next doubles (:func:`ladder`).
+        cycle_epochs: epochs of the ladder's first fit; each next doubles (:func:`ladder`).
         early_stopping, validation_fraction, selection: the held-out choice
             (:class:`~inference.optim.early_stopping.EarlyStoppingOptions`; ``early_stopping=None``: when
             ``epochs`` is ``None``, :func:`chooses_length`; ``selection`` ``None``: ``"best"``, ``"one-se"``: the
@@ -94,7 +94,7 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
             raise ValueError(f"max_steps (the optimisation steps up to which the held-out choice of the length may "
                              f"train) must be at least 1, got {self.max_steps}")
         if int(self.cycle_epochs) < 1:
-            raise ValueError(f"cycle_epochs (the epochs of the held-out ladder's first learning-rate cycle) must be "
+            raise ValueError(f"cycle_epochs (the epochs of the held-out ladder's first fit) must be "
                              f"at least 1, got {self.cycle_epochs}")
         self.check_early_stopping()
         stand_in = self if self.epochs is not None else dataclasses.replace(self, epochs=FIXED_EPOCHS)
@@ -125,57 +125,79 @@ def max_epochs(config, num_data: int, x=None) -> int:
 
 
 def ladder(first: int, cap: int) -> list[int]:
-    """The epochs of each cosine cycle of the ladder: ``first`` · 2^k for k = 0, 1, … while their sum stays within
-    ``cap``, then the rest up to ``cap`` as a last cycle (joined to the one before when it is shorter than
-    ``first``; ``first`` ≥ ``cap``: one cycle of ``cap``).  ``ladder(100, 910) == [100, 200, 400, 210]``,
-    ``ladder(100, 2500) == [100, 200, 400, 800, 1000]``, ``ladder(100, 250) == [100, 150]``."""
+    """The lengths (epochs) of the ladder's fits: ``first`` · 2^k for k = 0, 1, … while 1.5 times it stays within
+    ``cap``, then ``cap`` itself (``first`` ≥ ⅔ ``cap``: ``cap`` alone).  ``ladder(100, 910) == [100, 200, 400,
+    910]``, ``ladder(100, 2500) == [100, 200, 400, 800, 1600, 2500]``, ``ladder(100, 200) == [100, 200]``."""
     first, cap = int(first), int(cap)
     if first < 1 or cap < 1:
-        raise ValueError(f"a ladder needs a first cycle and a cap of at least one epoch, got {first} and {cap}")
-    cycles = [min(first, cap)]
-    while sum(cycles) + 2 * cycles[-1] <= cap:
-        cycles.append(2 * cycles[-1])
-    rest = cap - sum(cycles)
-    if rest >= first:
-        cycles.append(rest)
-    else:
-        cycles[-1] += rest
-    return cycles
+        raise ValueError(f"a ladder needs a first length and a cap of at least one epoch, got {first} and {cap}")
+    lengths = []
+    while 3 * first <= 2 * cap:
+        lengths.append(first)
+        first *= 2
+    return lengths + [cap]
 
 
-def rung_window(cycle: int) -> int:
-    """The last ⌈L / 20⌉ epochs of a cycle of L epochs, whose held-out scores a rung's score averages (the
-    learning rate there is within 2.5 % of the range above its floor: the annealed state, its iterates'
-    scatter averaged out)."""
-    return max(1, math.ceil(int(cycle) / 20))
+def rung_window(epochs: int) -> int:
+    """The last ⌈E / 20⌉ epochs of a fit of E epochs, whose held-out scores a rung's score averages (under the
+    cosine schedule the learning rate there is within 2.5 % of its range above the floor: the annealed state,
+    its iterates' scatter averaged out)."""
+    return max(1, math.ceil(int(epochs) / 20))
 
 
 class RungMonitor:
-    """The held-out log predictive at the end of each rung and the ladder's stopping rule: the ``stop(epoch,
-    draws)`` callback of :func:`inference.variational.fit.fit_guide`.
+    """The held-out log predictive at the end of each fit of the ladder, and its stopping rule.
 
-    ``cycles`` are the ladder's cycle lengths (epochs).  In the last :func:`rung_window` epochs of each cycle the
-    held-out rows' log predictive densities log (1/S) Σ_s p(y_i | x_i, w_s) of ``draws()`` (S draws of q) are
-    recorded; at the cycle's end the rung's score is their mean over the window and the rows, its standard
-    error the rows' sd / √n_val.  A rung that ends inside ``min_epochs`` (a KL ramp: the objective is not yet the
-    ELBO) scores −∞ and does not count towards the patience.  The trial stops once ``patience`` rungs have
-    passed without a better score.  ``scores`` / ``errors``: per rung run; ``best``: its index (−1: none)."""
+    For rung k (a fit of ``lengths[k]`` epochs) :meth:`start` ``(k)``, then the fit calls it as its ``stop(epoch,
+    draws)`` (:func:`inference.variational.fit.fit_guide`) after every epoch: in the last :func:`rung_window`
+    epochs the held-out rows' log predictive densities log (1/S) Σ_s p(y_i | x_i, w_s) of ``draws()`` (S draws of
+    q) are recorded (it never stops the fit).  :meth:`finish` then scores the rung, the mean over the window and
+    the rows (its standard error the rows' sd / √n_val), and says whether the ladder stops: ``patience`` rungs
+    without a better score.  A rung no longer than ``min_epochs`` (a KL ramp: the objective is not yet the ELBO)
+    scores −∞ and does not count towards the patience.  ``scores`` / ``errors``: per rung run; ``best``: its index
+    (−1: none)."""
 
-    def __init__(self, bnn, x: torch.Tensor, y: torch.Tensor, cycles: list[int], patience: int = 1,
+    def __init__(self, bnn, x: torch.Tensor, y: torch.Tensor, lengths: list[int], patience: int = 1,
                  min_epochs: int = 0):
-        self.bnn, self.x, self.y, self.patience, self.min_epochs = bnn, x, y, int(patience), int(min_epochs)
-        self.ends = [sum(cycles[:k + 1]) for k in range(len(cycles))]  # 1-based epoch at each rung's end
-        self.windows = [rung_window(c) for c in cycles]
+        self.bnn, self.x, self.y, self.lengths = bnn, x, y, [int(e) for e in lengths]
+        self.patience, self.min_epochs = int(patience), int(min_epochs)
+        self.windows = [rung_window(e) for e in self.lengths]
         self.scores: list = []
         self.errors: list = []
         self.best = -1
-        self._points: list = []  # the current rung's window: [n_val] scores per epoch
+        self._rung, self._points = 0, []  # the rung being fitted and its window's [n_val] scores per epoch
 
     def score(self, draws: dict) -> torch.Tensor:
         """``[n_val]`` held-out log predictive densities of ``draws`` ``{site: [S, ...]}``."""
         with torch.no_grad():
             log_lik = self.bnn.log_likelihood(draws, self.x, self.y)  # [S, n_val]
             return torch.logsumexp(log_lik, dim=0) - math.log(log_lik.shape[0])
+
+    def candidate(self, rung: int) -> bool:
+        """Whether rung ``rung`` ends past the KL ramp."""
+        return self.lengths[rung] > self.min_epochs
+
+    def start(self, rung: int) -> None:
+        self._rung, self._points = int(rung), []
+
+    def __call__(self, epoch: int, draws: Callable[[], dict]) -> bool:
+        if self.candidate(self._rung) and epoch + 1 > self.lengths[self._rung] - self.windows[self._rung]:
+            self._points.append(self.score(draws()))
+        return False
+
+    def finish(self) -> bool:
+        """Scores the rung just fitted; ``True`` when the ladder stops there."""
+        if not self._points:
+            self.scores.append(-math.inf)
+            self.errors.append(0.0)
+            return False
+        points = torch.stack(self._points).mean(0)
+        score = float(points.mean())
+        self.scores.append(score if math.isfinite(score) else -math.inf)
+        self.errors.append(float(points.std()) / math.sqrt(points.numel()) if points.numel() > 1 else 0.0)
+        if self.best < 0 or self.scores[-1] > self.scores[self.best]:
+            self.best = len(self.scores) - 1
+        return len(self.scores) - 1 - self.best >= self.patience
 
     def chosen(self, selection: str = "best") -> int:
         """The 0-based rung by ``selection``: ``"best"`` the highest score, ``"one-se"`` the first within one
@@ -185,61 +207,45 @@ class RungMonitor:
             return min(k for k, score in enumerate(self.scores) if score >= floor)
         return self.best
 
-    def __call__(self, epoch: int, draws: Callable[[], dict]) -> bool:
-        rung = len(self.scores)
-        if rung >= len(self.ends):
-            return False
-        end = self.ends[rung]
-        if epoch + 1 <= end - self.windows[rung] or end <= self.min_epochs:
-            if epoch + 1 == end:  # a rung inside the ramp: no candidate
-                self.scores.append(-math.inf)
-                self.errors.append(0.0)
-            return False
-        self._points.append(self.score(draws()))
-        if epoch + 1 < end:
-            return False
-        points = torch.stack(self._points).mean(0)
-        self._points = []
-        score = float(points.mean())
-        self.scores.append(score if math.isfinite(score) else -math.inf)
-        self.errors.append(float(points.std()) / math.sqrt(points.numel()) if points.numel() > 1 else 0.0)
-        if self.best < 0 or self.scores[-1] > self.scores[self.best]:
-            self.best = rung
-        return self.best >= 0 and rung - self.best >= self.patience
-
 
 def fit_held_out_length(fit: Callable, bnn, x, y, config, seed: int):
     """The posterior of ``fit`` with the length of ``config`` resolved (the module docstring).
 
-    ``fit(x, y, config, stop, held_out, cycles) -> VariationalPosterior`` runs the variational fit on ``x, y`` for
-    ``config.epochs`` with the learning-rate ``cycles`` (``None``: one schedule), calling ``stop`` (``None``, or a
-    :class:`RungMonitor`: :func:`inference.variational.fit.fit_guide`'s ``stop``) after every epoch; ``held_out``
-    says whether it is the trial on the kept rows.  The network's deterministic parameters (which a trial trains in
-    place) are given back as they were before the refit.  The refit's ``info["early_stopping"]`` holds the choice;
-    its ``config`` the epochs fitted (``early_stopping`` ``False``).
+    ``fit(x, y, config, stop, held_out) -> VariationalPosterior`` runs the variational fit on ``x, y`` for
+    ``config.epochs``, calling ``stop`` (``None``, or a :class:`RungMonitor`: :func:`inference.variational.fit.
+    fit_guide`'s ``stop``) after every epoch; ``held_out`` says whether it is a rung of the ladder on the kept rows.
+    Every rung and the refit start from the network's parameters as they were (a fit trains the deterministic ones
+    in place).  The refit's ``info["early_stopping"]`` holds the choice; its ``config`` the epochs fitted
+    (``early_stopping`` ``False``).
     """
     num_data = x.shape[0] if isinstance(x, torch.Tensor) else as_batches(x, y, config.batch_size).num_data
     choose = chooses_length(config, x)
     config = dataclasses.replace(config, epochs=max_epochs(config, num_data, x), early_stopping=False)
-    cycles = ladder(config.cycle_epochs, config.epochs) if choose else [config.epochs]
-    if len(cycles) == 1:  # nothing to choose between: one schedule over the run
-        return fit(x, y, config, None, False, None)
+    lengths = ladder(config.cycle_epochs, config.epochs) if choose else [config.epochs]
+    if len(lengths) == 1:  # nothing to choose between
+        return fit(x, y, config, None, False)
     selection = config.selection or "best"
     ramp = int(getattr(config, "kl_warmup_epochs", 0)) + int(getattr(config, "kl_anneal_epochs", 0))
     kept, held = held_out_split(x.shape[0], config.validation_fraction, seed)
     kept, held = kept.to(x.device), held.to(x.device)
-    monitor = RungMonitor(bnn, x[held], y[held], cycles, int(config.patience or 1), min(ramp, config.epochs - 1))
+    monitor = RungMonitor(bnn, x[held], y[held], lengths, int(config.patience or 1), min(ramp, config.epochs - 1))
     state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
+    epochs_run = 0
     try:
-        trial = fit(x[kept], y[kept], config, monitor, True, cycles)
+        for rung, length in enumerate(lengths):
+            monitor.start(rung)
+            epochs_run += len(fit(x[kept], y[kept], dataclasses.replace(config, epochs=length), monitor, True)
+                              .info["history"]["loss"])
+            bnn.net.load_state_dict(state)
+            if monitor.finish():
+                break
     finally:
         bnn.net.load_state_dict(state)
-    rung = monitor.chosen(selection) if monitor.best >= 0 else len(cycles) - 1
-    chosen = cycles[:rung + 1]
-    posterior = fit(x, y, dataclasses.replace(config, epochs=sum(chosen)), None, False, chosen)
+    rung = monitor.chosen(selection) if monitor.best >= 0 else len(lengths) - 1
+    posterior = fit(x, y, dataclasses.replace(config, epochs=lengths[rung]), None, False)
     posterior.info["early_stopping"] = {
-        "rule": "ladder", "epochs": sum(chosen), "selection": selection, "max_epochs": config.epochs,
-        "epochs_run": len(trial.info["history"]["loss"]), "num_validation": int(held.numel()),
-        "patience": monitor.patience, "cycles": cycles, "rungs_run": len(monitor.scores), "rung": rung,
-        "validation_ll": monitor.scores, "validation_se": monitor.errors, "windows": monitor.windows}
+        "rule": "ladder", "epochs": lengths[rung], "selection": selection, "max_epochs": config.epochs,
+        "epochs_run": epochs_run, "num_validation": int(held.numel()), "patience": monitor.patience,
+        "lengths": lengths, "rung": rung, "validation_ll": monitor.scores, "validation_se": monitor.errors,
+        "windows": monitor.windows}
     return posterior
