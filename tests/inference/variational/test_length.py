@@ -48,19 +48,9 @@ OPTIONS = {"early_stopping": True, "epochs": 150, "cycle_epochs": 10, "batch_siz
 def test_the_length_is_long_where_the_predictive_keeps_improving(backend):
     line = fit(*_slow_line(), backend=backend, **OPTIONS)
     long = line.info["early_stopping"]
-    assert long["max_epochs"] == 150 and long["cycles"] == [10, 20, 40, 80]
-    assert long["epochs"] == 150 and long["rung"] == 3, long["validation_ll"]  # every rung better than the one before
-    assert line.info["config"]["epochs"] == long["epochs"] == len(line.info["history"]["loss"])
-
-
-@pytest.mark.parametrize("backend", ["svi", "graves"])
-def test_the_length_is_short_where_the_fit_chases_noise(backend):
-    noise = fit(*_pure_noise(), backend=backend, **OPTIONS)
-    short = noise.info["early_stopping"]
-    assert short["epochs"] <= 70, short["validation_ll"]  # a shorter rung held out better than the cap
-    assert noise.info["config"]["epochs"] == short["epochs"] == len(noise.info["history"]["loss"])
-    scores = short["validation_ll"]
-    assert scores[-1] < max(scores) and short["epochs"] < short["epochs_run"]  # a worse rung after the best ended it
+    assert long["max_epochs"] == 150 and long["lengths"] == [10, 20, 40, 80, 150]
+    assert long["epochs"] == 150 and long["rung"] == 4, long["validation_ll"]  # every rung better than the one before
+    assert long["epochs_run"] == 300 and line.info["config"]["epochs"] == 150 == len(line.info["history"]["loss"])
 
 
 def test_a_given_length_is_kept_and_nothing_is_chosen():
@@ -71,52 +61,48 @@ def test_a_given_length_is_kept_and_nothing_is_chosen():
     assert "early_stopping" not in fixed.info and fixed.info["config"]["epochs"] == FIXED_EPOCHS == 200
 
 
-def test_the_choice_is_reproducible_from_the_seed_and_the_refit_trains_the_ladder_up_to_its_rung():
-    first, again = (fit(*_pure_noise(), backend="svi", **OPTIONS) for _ in range(2))
+def test_the_choice_is_reproducible_from_the_seed_and_the_refit_is_a_plain_fit():
+    options = {**OPTIONS, "epochs": 60}  # rungs of 10, 20 and 60 epochs
+    first, again = (fit(*_pure_noise(), backend="svi", **options) for _ in range(2))
     assert first.info["early_stopping"] == again.info["early_stopping"]
+    epochs = first.info["early_stopping"]["epochs"]
+    plain = fit(*_pure_noise(), backend="svi", **{**options, "early_stopping": None, "epochs": epochs})
     for name, value in first.guide.state_dict().items():
-        assert torch.equal(value, again.guide.state_dict()[name])
+        assert torch.equal(value, again.guide.state_dict()[name]) and torch.equal(value, plain.guide.state_dict()[name])
     record = first.info["early_stopping"]
-    chosen = record["cycles"][:record["rung"] + 1]
-    assert record["epochs"] == sum(chosen) == len(first.info["history"]["lr"])
-    lr = first.info["history"]["lr"]  # the rate after each epoch: annealed at each cycle's end, then restarted
-    ends = [sum(chosen[:k + 1]) - 1 for k in range(len(chosen))]
-    assert all(lr[e - 1] < 2e-3 for e in ends) and lr[ends[-1]] == pytest.approx(1e-3)  # (lr 1e-2, floor 1e-3)
-    assert all(lr[e] == pytest.approx(1e-2) for e in ends[:-1])  # the rate of the next step: restarted
-    assert (f"after {record['epochs']} epochs (chosen on {record['num_validation']} held-out rows, of at most "
+    assert (f"after {epochs} epochs (chosen on {record['num_validation']} held-out rows, of at most "
             f"{record['max_epochs']})") in repr(first)
-    other = fit(*_pure_noise(), backend="svi", **{**OPTIONS, "seed": 1})
+    assert "held-out" not in repr(plain)
+    other = fit(*_pure_noise(), backend="svi", **{**options, "seed": 1})
     assert other.info["early_stopping"]["validation_ll"] != record["validation_ll"]
 
 
-def test_the_trial_and_the_refit_share_the_ladder():
-    """The trial trains the whole ladder on the kept rows with the rung monitor; the refit trains every row for the
-    cycles up to the chosen rung, without a monitor; the network's own parameters are given back in between."""
+def test_each_rung_is_a_fit_from_the_start_and_the_refit_fits_every_row_for_the_chosen_one():
+    """The rungs train the kept rows for each length of the ladder, each from the network's own parameters, with
+    the rung monitor; the first rung no better than the best ends the ladder; the refit trains every row for the
+    best rung's length, without a monitor."""
     bnn, x, y = _slow_line()
-    calls, scores = [], iter([-3.0, -1.0, -2.0, -5.0])  # rung 2's window is two epochs
+    calls, starts, scores = [], [], iter([-3.0, -1.0, -2.0, -5.0])  # rung 2's window is two epochs
     config = parse_config(BACKENDS["svi"], {"max_steps": 700, "cycle_epochs": 10, "batch_size": 32})
 
-    def fake_fit(xs, ys, options, stop, held_out, cycles):
-        calls.append((xs.shape[0], options.epochs, stop is not None, held_out, cycles))
-        epoch = -1
+    def fake_fit(xs, ys, options, stop, held_out):
+        calls.append((xs.shape[0], options.epochs, stop is not None, held_out))
+        starts.append(float(bnn.net.weight))
         for epoch in range(options.epochs if stop else 0):
             with torch.no_grad():
-                bnn.net.weight.add_(1.0)  # the trial moves the network's own weights
-            if stop is not None and stop(epoch, lambda: {}):
-                break
-        return type("Fit", (), {"info": {"history": {"loss": [0.0] * (epoch + 1)}}})()
+                bnn.net.weight.add_(1.0)  # a fit moves the network's own weights
+            stop(epoch, lambda: {})
+        return type("Fit", (), {"info": {"history": {"loss": [0.0] * options.epochs}}})()
 
-    weight = bnn.net.weight.detach().clone()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(RungMonitor, "score", lambda self, draws: torch.full((4,), next(scores)))
         posterior = fit_held_out_length(fake_fit, bnn, x, y, config, seed=0)
-    assert max_epochs(config, 160) == 200 and ladder(10, 200) == [10, 20, 40, 80, 50]
-    assert calls[0] == (128, 200, True, True, [10, 20, 40, 80, 50])  # a fifth of the 160 rows held out
+    assert max_epochs(config, 160) == 200 and ladder(10, 200) == [10, 20, 40, 80, 200]
+    assert calls == [(128, 10, True, True), (128, 20, True, True), (128, 40, True, True), (160, 20, False, False)]
+    assert starts == [0.0] * 4 and float(bnn.net.weight) == 0.0
     record = posterior.info["early_stopping"]
-    assert calls[1] == (160, 30, False, False, [10, 20]) and record["epochs"] == 30 and record["rung"] == 1
-    assert record["epochs_run"] == 70 and record["rungs_run"] == 3  # rung 2 no better than rung 1: stopped
+    assert record["epochs"] == 20 and record["rung"] == 1 and record["epochs_run"] == 70  # rung 2 worse: stopped
     assert record["num_validation"] == 32 and record["validation_ll"] == [-3.0, -1.0, -3.5]
-    assert torch.equal(bnn.net.weight, weight)
 
 
 def test_the_default_cap_comes_from_the_data_size():
@@ -160,18 +146,19 @@ def test_a_fit_that_chooses_its_length_does_not_join_a_stacked_batch():
         assert batch_blocker(bnn, backend, parse_config(engine, {"epochs": 50})) is None
 
 
-def test_the_ladder_doubles_its_cycles_up_to_the_cap():
-    assert ladder(100, 910) == [100, 200, 400, 210]  # energy's cap: the rest is a last, shorter cycle
-    assert ladder(100, 2500) == [100, 200, 400, 800, 1000] and ladder(100, 250) == [100, 150]  # rest 50 joined
-    assert ladder(100, 200) == [100, 100] and ladder(100, 150) == [150] and ladder(500, 200) == [200]
-    assert ladder(1, 7) == [1, 2, 4] and all(sum(ladder(f, c)) == c for f in (1, 3, 100) for c in (1, 5, 99, 1000))
+def test_the_ladder_doubles_its_lengths_up_to_the_cap():
+    assert ladder(100, 910) == [100, 200, 400, 910]  # energy's cap (800 is within ⅔ of it: left out)
+    assert ladder(100, 2500) == [100, 200, 400, 800, 1600, 2500] and ladder(100, 200) == [100, 200]
+    assert ladder(100, 150) == [100, 150] and ladder(100, 149) == [149] and ladder(500, 200) == [200]
+    assert all(ladder(f, c)[-1] == c and sorted(set(ladder(f, c))) == ladder(f, c)
+               for f in (1, 3, 100) for c in (1, 5, 99, 1000))
     with pytest.raises(ValueError, match="at least one epoch"):
         ladder(0, 10)
 
 
 def test_the_monitor_scores_the_end_of_each_rung_and_stops_after_its_patience():
-    """Only a rung's last ⌈L/20⌉ epochs are scored (their mean, S-draw predictive per row); a rung inside the KL
-    ramp is no candidate; the trial stops once ``patience`` rungs pass without a better score."""
+    """Only a rung's last ⌈E/20⌉ epochs are scored (their mean, S-draw predictive per row); a rung inside the KL
+    ramp is no candidate; the ladder stops once ``patience`` rungs pass without a better score."""
     bnn, x, y = _slow_line()
     draws = {name: torch.randn(5, *bnn.initial_values()[name].shape, generator=torch.Generator().manual_seed(3))
              for name in bnn.site_names}
@@ -179,24 +166,31 @@ def test_the_monitor_scores_the_end_of_each_rung_and_stops_after_its_patience():
     expected = float((torch.logsumexp(log_lik, 0) - math.log(5)).mean())
     assert RungMonitor(bnn, x[:20], y[:20], [40]).score(draws).mean().item() == pytest.approx(expected)
 
-    cycles = [20, 40, 80, 160, 320]  # windows of 1, 2, 4, 8, 16 epochs; rungs end after epochs 20, 60, 140, 300, 620
-    monitor = RungMonitor(None, None, None, cycles, patience=2, min_epochs=20)
-    values, scored = iter([4.0, 6.0, 3.0, 3.0, 3.0, 4.0] + [0.0] * 24), []
+    monitor = RungMonitor(None, None, None, [20, 40, 80, 160, 320], patience=2, min_epochs=20)
+    values, scored, stops = iter([4.0, 6.0, 3.0, 3.0, 3.0, 4.0] + [0.0] * 8), [], []
     monitor.score = lambda draws: torch.full((2,), next(values))
-    stops = [monitor(epoch, lambda epoch=epoch: scored.append(epoch) or {}) for epoch in range(620)]
+    for rung, length in enumerate(monitor.lengths):
+        monitor.start(rung)
+        assert not any(monitor(epoch, lambda epoch=epoch: scored.append((rung, epoch)) or {}) for epoch in range(length))
+        stops.append(monitor.finish())
+        if stops[-1]:
+            break
     assert monitor.windows == [1, 2, 4, 8, 16] and monitor.scores[0] == -math.inf  # rung 0 ends inside the ramp
-    assert scored[:14] == [58, 59, 136, 137, 138, 139] + list(range(292, 300))  # only the windows, 0-based epochs
-    assert monitor.scores[1:4] == pytest.approx([5.0, 3.25, 0.0]) and monitor.best == 1
-    assert stops.index(True) == 299  # rungs 2 and 3 no better than rung 1: stopped at rung 3's end
+    assert scored == [(1, 38), (1, 39)] + [(2, e) for e in range(76, 80)] + [(3, e) for e in range(152, 160)]
+    assert monitor.scores[1:] == pytest.approx([5.0, 3.25, 0.0]) and monitor.best == 1
+    assert stops == [False, False, False, True]  # rungs 2 and 3 no better than rung 1
     assert monitor.chosen("best") == 1
 
 
 def test_one_standard_error_picks_the_shortest_rung_within_it():
-    monitor = RungMonitor(None, None, None, [10, 20, 40], patience=5)  # windows of 1, 1 and 2 epochs
+    monitor = RungMonitor(None, None, None, [10, 20, 30], patience=5)  # windows of 1, 1 and 2 epochs
     rows = iter([torch.tensor([1.0, 1.2]), torch.tensor([1.1, 1.3]), torch.tensor([0.0, 3.0]), torch.tensor([0.0, 3.0])])
     monitor.score = lambda draws: next(rows)
-    for epoch in range(70):
-        monitor(epoch, lambda: {})
+    for rung, length in enumerate(monitor.lengths):
+        monitor.start(rung)
+        for epoch in range(length):
+            monitor(epoch, lambda: {})
+        monitor.finish()
     assert monitor.scores == pytest.approx([1.1, 1.2, 1.5]) and monitor.best == 2
     assert monitor.errors[2] == pytest.approx(1.5)  # sd 2.12 / √2
     assert monitor.chosen("best") == 2 and monitor.chosen("one-se") == 0
