@@ -49,10 +49,10 @@ from typing import Callable, Optional
 import torch
 
 from inference.optim.batches import as_batches
-from inference.optim.early_stopping import EarlyStoppingOptions, held_out_split, trains_body, uses_early_stopping
+from inference.optim.early_stopping import EarlyStoppingOptions, held_out_split, uses_early_stopping
 
 __all__ = ["FIXED_EPOCHS", "MAX_STEPS", "CYCLE_EPOCHS", "HELD_OUT_LENGTH_BLOCKER", "HeldOutLengthOptions",
-           "chooses_length", "max_epochs", "map_start_epochs", "ladder", "rung_window", "RungMonitor", "fit_held_out_length"]
+           "chooses_length", "max_epochs", "ladder", "rung_window", "RungMonitor", "fit_held_out_length"]
 
 #: the variational backends' former fixed length, and the least the held-out choice may train to (epochs)
 FIXED_EPOCHS = 200
@@ -74,8 +74,6 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
             the fixed :data:`FIXED_EPOCHS` where nothing is chosen).
         max_steps: the optimisation steps up to which the choice may train (:func:`max_epochs`).
         cycle_epochs: epochs of the ladder's first fit; each next doubles (:func:`ladder`).
-        pretrain_epochs: epochs of deterministic pretraining, the guide's means starting at its weights (``None``:
-            :func:`map_start_epochs`, a MAP start over every weight where the length is chosen; given values kept).
         early_stopping, validation_fraction, selection: the held-out choice
             (:class:`~inference.optim.early_stopping.EarlyStoppingOptions`; ``early_stopping=None``: when
             ``epochs`` is ``None``, :func:`chooses_length`; ``selection`` ``None``: ``"best"``, ``"one-se"``: the
@@ -87,7 +85,6 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
     epochs: Optional[int] = None
     max_steps: int = MAX_STEPS
     cycle_epochs: int = CYCLE_EPOCHS
-    pretrain_epochs: Optional[int] = None
 
     def validate(self):
         """Checks these options, then the loop's (at a stand-in length where ``epochs`` is ``None``)."""
@@ -100,8 +97,7 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
             raise ValueError(f"cycle_epochs (the epochs of the held-out ladder's first fit) must be "
                              f"at least 1, got {self.cycle_epochs}")
         self.check_early_stopping()
-        stand_in = dataclasses.replace(self, epochs=FIXED_EPOCHS if self.epochs is None else self.epochs,
-                                       pretrain_epochs=self.pretrain_epochs or 0)
+        stand_in = self if self.epochs is not None else dataclasses.replace(self, epochs=FIXED_EPOCHS)
         validate = getattr(super(HeldOutLengthOptions, stand_in), "validate", None)
         if validate is not None:
             validate()
@@ -126,15 +122,6 @@ def max_epochs(config, num_data: int, x=None) -> int:
         return FIXED_EPOCHS
     batch = num_data if config.batch_size is None else min(int(config.batch_size), num_data)
     return max(FIXED_EPOCHS, math.ceil(int(config.max_steps) / math.ceil(num_data / batch)))
-
-
-def map_start_epochs(config, bnn, choose: bool) -> int:
-    """The pretraining epochs of a fit whose ``pretrain_epochs`` is ``None``: where the length is chosen on held-out
-    rows (``choose``) and the model has no trained deterministic body (every weight random, or a frozen body:
-    :func:`~inference.optim.early_stopping.trains_body`), ``cycle_epochs`` — each fit of the ladder then starts its
-    means at a network trained as long as its first rung (the MAP start of Krishnan, Tickoo & Tran 2020, MOPED);
-    else 0 (the network's own initial weights, as before)."""
-    return int(config.cycle_epochs) if choose and not trains_body(bnn) else 0
 
 
 def ladder(first: int, cap: int) -> list[int]:
@@ -234,8 +221,6 @@ def fit_held_out_length(fit: Callable, bnn, x, y, config, seed: int):
     num_data = x.shape[0] if isinstance(x, torch.Tensor) else as_batches(x, y, config.batch_size).num_data
     choose = chooses_length(config, x)
     config = dataclasses.replace(config, epochs=max_epochs(config, num_data, x), early_stopping=False)
-    if config.pretrain_epochs is None:
-        config = dataclasses.replace(config, pretrain_epochs=map_start_epochs(config, bnn, choose))
     lengths = ladder(config.cycle_epochs, config.epochs) if choose else [config.epochs]
     if len(lengths) == 1:  # nothing to choose between
         return fit(x, y, config, None, False)
