@@ -36,7 +36,7 @@ from inference.optim.latent_fit import fit_latents, network_outputs
 from inference.optim.lean_adam import LeanAdam, gradient_norm
 
 __all__ = ["NonFiniteLossError", "OptimiserOptions", "LoopOptions", "LR_SCHEDULES", "OPTIMIZERS", "HISTORY_KEYS",
-           "OBJECTIVES", "kl_weight", "lr_factor", "cycle_boundaries", "lr_scheduler", "pretrain", "average_particles", "optimiser_step",
+           "OBJECTIVES", "kl_weight", "lr_scheduler", "pretrain", "average_particles", "optimiser_step",
            "run_training_loop"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
@@ -149,47 +149,8 @@ def kl_weight(epoch: float, warmup_epochs: int, anneal_epochs: int) -> float:
     return min(1.0, (epoch - warmup_epochs) / anneal_epochs)
 
 
-def lr_factor(config: OptimiserOptions, step: int, total_steps: int) -> float:
-    """The factor η_t / η of ``config``'s schedule at ``step`` of a run of ``total_steps``: ``cosine``
-    f + (1 − f)(1 + cos(π t / T)) / 2 with f = ``lr_final_factor`` (the closed form of
-    ``CosineAnnealingLR``), ``step`` 1 before ``lr_step_fraction`` · T and f after, ``constant`` 1."""
-    total_steps = max(int(total_steps), 1)
-    if config.lr_schedule == "cosine":
-        final = config.lr_final_factor
-        return final + (1 - final) * (1 + math.cos(math.pi * min(step, total_steps) / total_steps)) / 2
-    if config.lr_schedule == "step":
-        return 1.0 if step < max(1, int(total_steps * config.lr_step_fraction)) else config.lr_final_factor
-    return 1.0
-
-
-def cycle_boundaries(cycles, steps_per_epoch: int, epochs: int) -> list[int]:
-    """The optimiser steps at which each of ``cycles`` (epochs per cycle, summing to ``epochs``) starts, and
-    the total: ``[0, s_1, …, S]``.  ``ValueError`` for an empty ladder, a cycle under one epoch or cycles
-    that do not add up to ``epochs``."""
-    cycles = [int(c) for c in cycles]
-    if not cycles or min(cycles) < 1:
-        raise ValueError(f"the learning-rate cycles must be at least one epoch each, got {cycles}")
-    if sum(cycles) != int(epochs):
-        raise ValueError(f"the learning-rate cycles {cycles} add up to {sum(cycles)} epochs, but the run has "
-                         f"{epochs}; give cycles that sum to epochs")
-    ends = [0]
-    for cycle in cycles:
-        ends.append(ends[-1] + cycle * int(steps_per_epoch))
-    return ends
-
-
-def lr_scheduler(optimizer, config: LoopOptions, total_steps: int, cycle_starts: Optional[list] = None):
-    """The learning-rate schedule of ``config`` over ``total_steps`` optimiser steps.
-
-    ``cycle_starts`` ``[0, s_1, …, S]`` (:func:`cycle_boundaries`): the schedule restarts at each ``s_k`` and
-    runs over each cycle's steps (:func:`lr_factor`) — with ``cosine``, cosine annealing with warm restarts
-    (SGDR, Loshchilov & Hutter 2017)."""
-    if cycle_starts is not None:
-        def factor(step: int) -> float:
-            k = max(i for i, start in enumerate(cycle_starts[:-1]) if start <= step) if step < cycle_starts[-1] \
-                else len(cycle_starts) - 2
-            return lr_factor(config, step - cycle_starts[k], cycle_starts[k + 1] - cycle_starts[k])
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+def lr_scheduler(optimizer, config: LoopOptions, total_steps: int):
+    """The learning-rate schedule of ``config`` over ``total_steps`` optimiser steps."""
     if config.lr_schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(
             optimizer, T_max=max(total_steps, 1), eta_min=config.lr * config.lr_final_factor
@@ -303,7 +264,6 @@ def run_training_loop(
     objective: str = "elbo",
     stop: Optional[Callable] = None,
     on_step: Optional[Callable[[], None]] = None,
-    cycles: Optional[list] = None,
 ) -> None:
     """Minibatches, particle averaging, KL annealing, Adam with the schedule, non-finite checks.
 
@@ -333,9 +293,6 @@ def run_training_loop(
             refit that follows, without ``stop``, keeps its bar.
         on_step: ``on_step()`` after each optimiser step; what it raises ends the loop (a sampler's time budget
             watching its MAP start, :func:`inference.mcmc.budget.start_budget`).
-        cycles: epochs of each learning-rate cycle, summing to ``config.epochs`` (``None``: one schedule over the
-            run): ``config``'s schedule restarts at each cycle (:func:`lr_scheduler`; the variational fits'
-            ladder of lengths, :mod:`inference.variational.length`).
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
@@ -343,8 +300,7 @@ def run_training_loop(
     steps_per_epoch = data.steps_per_epoch
     total_steps = config.epochs * steps_per_epoch
     optimizer = LeanAdam(torch.optim.Adam(params, lr=config.lr, **({"fused": True} if fused_adam else {})))
-    starts = None if cycles is None else cycle_boundaries(cycles, steps_per_epoch, config.epochs)
-    scheduler = lr_scheduler(optimizer.optimizer, config, total_steps, starts)
+    scheduler = lr_scheduler(optimizer.optimizer, config, total_steps)
     clip = config.clip_norm if config.optimizer == "clipped-adam" else math.inf
     step = 0
     bar = tqdm(range(config.epochs), desc=desc, disable=not progress, leave=stop is None)

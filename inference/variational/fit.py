@@ -59,7 +59,6 @@ def fit_guide(
     held_out_body: bool = False,
     stop: Optional[Callable] = None,
     desc: Optional[str] = None,
-    cycles: Optional[list] = None,
 ) -> VariationalPosterior:
     """A whole variational fit: seed, pretrain, build the guide, train it, return the posterior.
 
@@ -93,8 +92,6 @@ def fit_guide(
             numbers: the held-out curve moves with q, not with the Monte Carlo); ``True`` ends the training there
             (the held-out choice of the ELBO's length, :mod:`inference.variational.length`).
         desc: the progress bar's label (default: the backend and its number of random weights).
-        cycles: epochs of each learning-rate cycle, summing to ``config.epochs`` (warm restarts of the schedule,
-            :func:`inference.optim.training.run_training_loop`; ``None``: one schedule over the run).
     Returns:
         the :class:`~inference.variational.posterior.VariationalPosterior`; ``info["history"]`` holds the
         per-epoch history.
@@ -148,6 +145,6 @@ def fit_guide(
             lambda xb, yb: particle(guide, xb, yb, data.num_data), params, data, config, generator, history,
             result, desc=desc or f"{backend} ({bnn.num_random} random)", progress=progress,
             on_epoch=on_epoch if sparsity and sparsity[1] else None, fused_adam=fused_adam,
-            stop=None if stop is None else draws, cycles=cycles,
+            stop=None if stop is None else draws,
         )
     return result()
