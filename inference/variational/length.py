@@ -57,7 +57,7 @@ __all__ = ["FIXED_EPOCHS", "MAX_STEPS", "CYCLE_EPOCHS", "HELD_OUT_LENGTH_BLOCKER
 #: the variational backends' former fixed length, and the least the held-out choice may train to (epochs)
 FIXED_EPOCHS = 200
 #: the optimisation steps up to which the held-out choice may train on small data (:func:`max_epochs`)
-MAX_STEPS = 10_000
+MAX_STEPS = 20_000
 #: epochs of the ladder's first fit (:func:`ladder`)
 CYCLE_EPOCHS = 100
 #: why a fit that chooses its length cannot join a stacked batch (the stacked engines train a given length)
@@ -230,9 +230,12 @@ def fit_held_out_length(fit: Callable, bnn, x, y, config, seed: int):
     kept, held = kept.to(x.device), held.to(x.device)
     monitor = RungMonitor(bnn, x[held], y[held], lengths, int(config.patience or 1), min(ramp, config.epochs - 1))
     state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
-    epochs_run = 0
+    epochs_run, untried = 0, False
     try:
         for rung, length in enumerate(lengths):
+            untried = rung == len(lengths) - 1 and monitor.best == rung - 1 >= 0 and selection == "best"
+            if untried:  # still rising at the rung before the cap: the cap, without a trial as long as the refit
+                break
             monitor.start(rung)
             epochs_run += len(fit(x[kept], y[kept], dataclasses.replace(config, epochs=length), monitor, True)
                               .info["history"]["loss"])
@@ -241,11 +244,11 @@ def fit_held_out_length(fit: Callable, bnn, x, y, config, seed: int):
                 break
     finally:
         bnn.net.load_state_dict(state)
-    rung = monitor.chosen(selection) if monitor.best >= 0 else len(lengths) - 1
+    rung = monitor.chosen(selection) if monitor.best >= 0 and not untried else len(lengths) - 1
     posterior = fit(x, y, dataclasses.replace(config, epochs=lengths[rung]), None, False)
     posterior.info["early_stopping"] = {
         "rule": "ladder", "epochs": lengths[rung], "selection": selection, "max_epochs": config.epochs,
         "epochs_run": epochs_run, "num_validation": int(held.numel()), "patience": monitor.patience,
-        "lengths": lengths, "rung": rung, "validation_ll": monitor.scores, "validation_se": monitor.errors,
+        "lengths": lengths, "rung": rung, "cap_untried": untried, "validation_ll": monitor.scores, "validation_se": monitor.errors,
         "windows": monitor.windows}
     return posterior

@@ -50,7 +50,8 @@ def test_the_length_is_long_where_the_predictive_keeps_improving(backend):
     long = line.info["early_stopping"]
     assert long["max_epochs"] == 150 and long["lengths"] == [10, 20, 40, 80, 150]
     assert long["epochs"] == 150 and long["rung"] == 4, long["validation_ll"]  # every rung better than the one before
-    assert long["epochs_run"] == 300 and line.info["config"]["epochs"] == 150 == len(line.info["history"]["loss"])
+    assert long["cap_untried"] and long["epochs_run"] == 10 + 20 + 40 + 80  # rising up to the cap: not tried
+    assert line.info["config"]["epochs"] == 150 == len(line.info["history"]["loss"])
 
 
 def test_a_given_length_is_kept_and_nothing_is_chosen():
@@ -108,8 +109,8 @@ def test_each_rung_is_a_fit_from_the_start_and_the_refit_fits_every_row_for_the_
 def test_the_default_cap_comes_from_the_data_size():
     config = parse_config(BACKENDS["svi"], {})
     assert config.epochs is None and chooses_length(config, torch.zeros(3, 1))
-    assert max_epochs(config, 691) == 910  # UCI energy's training split: ⌈10 000 / 11⌉ epochs of 64 rows
-    assert max_epochs(config, 200) == 2500 and max_epochs(config, 100_000) == FIXED_EPOCHS
+    assert max_epochs(config, 691) == 1819  # UCI energy's training split: ⌈20 000 / 11⌉ epochs of 64 rows
+    assert max_epochs(config, 200) == 5000 and max_epochs(config, 100_000) == FIXED_EPOCHS
     assert max_epochs(parse_config(BACKENDS["radial"], {"max_steps": 400}), 200) == FIXED_EPOCHS
     assert max_epochs(parse_config(BACKENDS["graves"], {"epochs": 30}), 200) == 30
     assert max_epochs(parse_config(BACKENDS["svi"], {"early_stopping": False}), 200) == FIXED_EPOCHS
@@ -144,6 +145,28 @@ def test_a_fit_that_chooses_its_length_does_not_join_a_stacked_batch():
         engine = BACKENDS[backend]
         assert "chooses its length on its own held-out rows" in batch_blocker(bnn, backend, parse_config(engine, {}))
         assert batch_blocker(bnn, backend, parse_config(engine, {"epochs": 50})) is None
+
+
+@pytest.mark.parametrize("selection, tried", [("best", [10, 20, 40, 80]), ("one-se", [10, 20, 40, 80, 200])])
+def test_a_curve_rising_up_to_the_cap_takes_the_cap_without_its_trial(selection, tried):
+    """With ``"best"``, a rung before the cap that is the best so far leaves the cap as the only better length: it is
+    taken without a trial as long as the refit; ``"one-se"`` reads every rung's error and tries them all."""
+    bnn, x, y = _slow_line()
+    lengths, scores = [], iter(range(100))
+    config = parse_config(BACKENDS["svi"], {"max_steps": 700, "cycle_epochs": 10, "batch_size": 32,
+                                             "selection": selection})
+
+    def fake_fit(xs, ys, options, stop, held_out):
+        lengths.append(options.epochs)
+        for epoch in range(options.epochs if stop else 0):
+            stop(epoch, lambda: {})
+        return type("Fit", (), {"info": {"history": {"loss": [0.0] * options.epochs}}})()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RungMonitor, "score", lambda self, draws: torch.full((4,), float(next(scores))))
+        record = fit_held_out_length(fake_fit, bnn, x, y, config, seed=0).info["early_stopping"]
+    assert lengths == tried + [200] and record["epochs"] == 200 and record["rung"] == 4
+    assert record["cap_untried"] == (selection == "best") and record["epochs_run"] == sum(tried)
 
 
 def test_the_ladder_doubles_its_lengths_up_to_the_cap():
