@@ -1,43 +1,51 @@
-"""The length of a variational fit chosen on held-out rows, then a refit on every row (issue 38).
+"""The length of a variational fit chosen on held-out rows by a ladder of fits, then a refit on every row (issue 38).
 
 A fixed budget of 200 epochs leaves the ELBO of a mean-field fit over every weight of a small network far from
 converged on a few hundred rows: on UCI energy (8-50-1, 691 rows, 2 200 steps) the ELBO is still rising, the
 learned noise sd is 1.29 against a training RMSE of 0.695, and the predictive over-covers (90 % coverage 1.000;
-3 000 epochs: noise sd 0.54, coverage 0.961).  A longer fixed budget (10 000 steps) converges there but costs two
-moons its accuracy (a converged mean-field q over every weight underfits 200 points: 0.973 → 0.874) and a sine its
-test LL (0.75 → 0.52).  So the length is chosen per problem, by the rule the ``map`` backend uses for its epochs
-(:mod:`inference.optim.early_stopping`), on the honest metric of a variational fit, its predictive:
+3 000 epochs: noise sd 0.54, coverage 0.961).  A longer fixed budget converges there but costs two moons its
+accuracy (a converged mean-field q over every weight underfits 200 points: 0.973 → 0.874) and a sine its test LL
+(0.75 → 0.52).  So the length is chosen per problem on the honest metric of a variational fit, its held-out
+predictive, among lengths each trained as the refit would be:
 
 1. a seeded fifth of the training rows is held out (``validation_fraction``, :func:`~inference.optim.early_stopping.
    held_out_split`);
-2. the fit runs on the other rows for at most :func:`max_epochs` E — the fixed 200 epochs, raised to
-   ⌈``max_steps`` / steps per epoch⌉ (``max_steps`` 10 000 optimisation steps) on small data: 910 epochs on
-   energy's 691 rows, 2 500 on 200 rows in minibatches of 64 — with its schedule over E; after every epoch the
-   held-out log predictive density of the current q,
+2. the ladder (:func:`ladder`): fits of E_0 = ``cycle_epochs`` (100), 2 E_0, 4 E_0, … epochs and the cap E
+   (:func:`max_epochs`: the fixed 200 epochs raised to ⌈``max_steps`` / steps per epoch⌉, ``max_steps`` 20 000
+   optimisation steps — 1 819 epochs on energy's 691 rows, 5 000 on 200 rows in minibatches of 64), each on the
+   kept rows from the same start and seed with its own cosine schedule over its own length — exactly the fit a
+   refit of that length runs, so no length is favoured by the schedule;
+3. each rung is scored at its end: the held-out log predictive density of q,
 
-       ℓ_val(e) = (1/n_val) Σ_{i ∈ val} log (1/S) Σ_s p(y_i | x_i, w_s),   w_s ~ q_e,  S = 32,
+       ℓ_val = (1/n_val) Σ_{i ∈ val} log (1/S) Σ_s p(y_i | x_i, w_s),   w_s ~ q,  S = 32,
 
-   is recorded under one fixed seed (the same standard normals every epoch, so the curve follows q, not the
-   Monte Carlo); the rule reads its mean over a window of ⌈E/50⌉ epochs (:func:`smoothing_window`: the iterates
-   of a stochastic optimiser scatter about the trend), the run stops once ``patience`` epochs
-   (:func:`default_patience`, max(10, ⌈E/4⌉)) have passed without a new maximum, and epochs inside a KL ramp
-   (``kl_warmup_epochs + kl_anneal_epochs``: the objective is not yet the ELBO) are not candidates;
-3. E* is the middle of the best window (``selection="best"``; ``"one-se"``: the earliest within one standard
-   error), and the fit is refitted on all rows for E* epochs, its schedule compressed to them
-   (``info["early_stopping"]`` holds the choice and the curve).
+   under one fixed seed (common random numbers), averaged over the rung's last ⌈E_k/20⌉ epochs
+   (:func:`rung_window`, where the cosine rate is within 2.5 % of its floor: the annealed state, its iterates'
+   scatter averaged out); a rung no longer than a KL ramp (``kl_warmup_epochs + kl_anneal_epochs``) is no
+   candidate;
+4. the ladder stops at the first rung no better than the best so far (``patience``, counted in rungs, 1); a
+   curve still rising at the rung before the cap takes the cap without trying it (its trial would cost as much as
+   the refit and could only confirm it or end one rung earlier; ``selection="best"`` only);
+5. E* is the best rung's length (``selection="best"``; ``"one-se"``: the shortest within one standard error of
+   it), and the fit is refitted on all rows for E* epochs — the same fit as an ``epochs=E*`` call
+   (``info["early_stopping"]`` holds the ladder, the scores and the choice).
 
-Measured (``benchmarks/defaults.py --cell SHAPE B SEL --threads 1``, issue 38's fourth pass): on energy the test LL
-of every mean-field cell improves (over every weight −1.22…−1.44 → −0.67…−0.77; last layer −0.65…−0.79 →
-−0.27…−0.47) and svi, svi-lrt and Radial over the last layer cover 0.92–0.96, but over every weight the held-out
-predictive still rises at the cap and the fits cover 0.974–0.987 (converged, 3 000 epochs: 0.961).  Known bias:
-the trial runs its schedule over E, so at an early epoch its learning rate has not decayed as a refit of that
-length would, which undervalues short lengths — on the sine (200 rows) the choice runs to the cap (E* 2 255 of
-2 500) and the test LL falls from 0.75 (200 epochs) to 0.53.
+Measured (``benchmarks/defaults.py --cell SHAPE B SEL --threads 1``, issue 38's fifth pass): MEASURED_HERE
 
-The cost is at most ``(1 − validation_fraction) · E + E`` epochs plus S draws on the held-out rows per epoch,
-usually much less (the patience).  ``epochs=E`` trains exactly E (the budget the grids and the command line give);
-``early_stopping=False`` is the former fixed 200 epochs; ``early_stopping=True`` chooses at most ``epochs``.  A
-DataLoader's batches have no rows to hold out: the fixed 200 (``early_stopping=True`` is refused).
+The former rule (one trial run over the cap with its cosine schedule, the held-out predictive after every epoch,
+the map backend's patience) favoured long lengths: at an early epoch its rate had not decayed as a refit of that
+length would, so on the sine (200 rows) the choice ran to the cap (E* 2 255 of 2 500) and the test LL fell from
+0.75 to 0.53.  Tried and not kept: a ladder of cosine cycles with warm restarts (SGDR, Loshchilov & Hutter 2017:
+the trial and the refit share the restarts, but a restarted state is less converged than one schedule of the same
+length — energy over every weight covered 0.961–0.987); each rung's means started at a deterministic fit as long
+as the first rung (MOPED, Krishnan, Tickoo & Tran 2020: the shortest rung always won, and energy over every weight
+covered 0.961–1.000).
+
+The cost is the rungs tried (at most about twice the cap's epochs on the kept rows, less where the ladder stops
+early or the cap is taken untried) plus the refit.  ``epochs=E`` trains exactly E (the budget the grids and the
+command line give); ``early_stopping=False`` is the former fixed 200 epochs; ``early_stopping=True`` chooses at
+most ``epochs``.  A DataLoader's batches have no rows to hold out: the fixed 200 (``early_stopping=True`` is
+refused).
 """
 from __future__ import annotations
 
@@ -115,7 +123,7 @@ def chooses_length(config, x=None) -> bool:
 def max_epochs(config, num_data: int, x=None) -> int:
     """The most epochs of a fit on ``num_data`` rows (exactly these when nothing is chosen): ``config.epochs`` when
     given; :data:`FIXED_EPOCHS` without the choice; else :data:`FIXED_EPOCHS` raised to ⌈``max_steps`` / steps per
-    epoch⌉, steps per epoch ⌈N / batch⌉ (energy's 691 rows in 64s: 910; 200 rows: 2 500; 7 373 rows: 200)."""
+    epoch⌉, steps per epoch ⌈N / batch⌉ (energy's 691 rows in 64s: 1 819; 200 rows: 5 000; 20 000 rows: 200)."""
     if config.epochs is not None:
         return int(config.epochs)
     if not chooses_length(config, x):
