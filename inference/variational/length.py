@@ -172,7 +172,7 @@ class RungMonitor:
         self.windows = [rung_window(e) for e in self.lengths]
         self.scores: list = []
         self.errors: list = []
-        self.best = -1
+        self.best, self._best_points = -1, None
         self._rung, self._points = 0, []  # the rung being fitted and its window's [n_val] scores per epoch
 
     def score(self, draws: dict) -> torch.Tensor:
@@ -203,9 +203,19 @@ class RungMonitor:
         score = float(points.mean())
         self.scores.append(score if math.isfinite(score) else -math.inf)
         self.errors.append(float(points.std()) / math.sqrt(points.numel()) if points.numel() > 1 else 0.0)
-        if self.best < 0 or self.scores[-1] > self.scores[self.best]:
-            self.best = len(self.scores) - 1
+        if self.best < 0 or self.beats(points):
+            self.best, self._best_points = len(self.scores) - 1, points
         return len(self.scores) - 1 - self.best >= self.patience
+
+    def beats(self, points: torch.Tensor) -> bool:
+        """Whether a rung's per-row scores ``points`` ``[n_val]`` beat the best rung's by more than one standard
+        error of their paired difference, mean_i d_i > sd_i d_i / √n_val with d_i = ℓ_i − ℓ_i^best (the same rows
+        and draws: a gain the held-out rows cannot tell from noise does not lengthen the fit)."""
+        difference = points - self._best_points
+        if not torch.isfinite(difference).all():
+            return bool(points.mean() > self._best_points.mean())
+        error = float(difference.std()) / math.sqrt(difference.numel()) if difference.numel() > 1 else 0.0
+        return float(difference.mean()) > error
 
     def chosen(self, selection: str = "best") -> int:
         """The 0-based rung by ``selection``: ``"best"`` the highest score, ``"one-se"`` the first within one

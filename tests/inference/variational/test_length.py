@@ -206,14 +206,31 @@ def test_the_monitor_scores_the_end_of_each_rung_and_stops_after_its_patience():
 
 
 def test_one_standard_error_picks_the_shortest_rung_within_it():
-    monitor = RungMonitor(None, None, None, [10, 20, 30], patience=5)  # windows of 1, 1 and 2 epochs
-    rows = iter([torch.tensor([1.0, 1.2]), torch.tensor([1.1, 1.3]), torch.tensor([0.0, 3.0]), torch.tensor([0.0, 3.0])])
+    monitor = RungMonitor(None, None, None, [10, 20], patience=5)  # windows of one epoch
+    rows = iter([torch.tensor([1.05, 1.25]), torch.tensor([1.1, 1.5])])
     monitor.score = lambda draws: next(rows)
     for rung, length in enumerate(monitor.lengths):
         monitor.start(rung)
         for epoch in range(length):
             monitor(epoch, lambda: {})
         monitor.finish()
-    assert monitor.scores == pytest.approx([1.1, 1.2, 1.5]) and monitor.best == 2
-    assert monitor.errors[2] == pytest.approx(1.5)  # sd 2.12 / √2
-    assert monitor.chosen("best") == 2 and monitor.chosen("one-se") == 0
+    assert monitor.scores == pytest.approx([1.15, 1.3]) and monitor.best == 1  # paired gain 0.15 > its error 0.1
+    assert monitor.errors[1] == pytest.approx(0.2)  # sd 0.283 / √2
+    assert monitor.chosen("best") == 1 and monitor.chosen("one-se") == 0  # 1.15 ≥ 1.3 − 0.2
+
+
+def test_a_rung_beats_the_best_only_by_more_than_the_paired_standard_error():
+    """The same held-out rows and draws score every rung: a gain counts when the mean of the per-row differences
+    exceeds their standard error — a small gain on every row does, a larger mean gain from a few rows does not."""
+    monitor = RungMonitor(None, None, None, [10, 15, 20], patience=1)  # windows of one epoch
+    base = torch.linspace(-1.0, 1.0, 50)
+    rows = iter([base, base + 0.01, base + 0.01 + torch.where(torch.arange(50) < 2, 5.0, -0.1)])
+    monitor.score = lambda draws: next(rows)
+    stops = []
+    for rung, length in enumerate(monitor.lengths):
+        monitor.start(rung)
+        for epoch in range(length):
+            monitor(epoch, lambda: {})
+        stops.append(monitor.finish())
+    assert monitor.scores[2] > monitor.scores[1] > monitor.scores[0]  # means: 0, 0.01, 0.114
+    assert monitor.best == 1 and stops == [False, False, True]  # rung 2's gain is two rows' noise
