@@ -23,7 +23,8 @@ predictive, among lengths each trained as the refit would be:
    (:func:`rung_window`, where the cosine rate is within 2.5 % of its floor: the annealed state, its iterates'
    scatter averaged out); a rung no longer than a KL ramp (``kl_warmup_epochs + kl_anneal_epochs``) is no
    candidate;
-4. the ladder stops at the first rung no better than the best so far (``patience``, counted in rungs, 1); a
+4. a rung is better than the best so far when its per-row differences from it have a positive mean and a positive
+   median (:meth:`RungMonitor.beats`); the ladder stops at the first rung no better than the best so far (``patience``, counted in rungs, 1); a
    curve still rising at the rung before the cap takes the cap without trying it (its trial would cost as much as
    the refit and could only confirm it or end one rung earlier; ``selection="best"`` only);
 5. E* is the best rung's length (``selection="best"``; ``"one-se"``: the shortest within one standard error of
@@ -208,14 +209,16 @@ class RungMonitor:
         return len(self.scores) - 1 - self.best >= self.patience
 
     def beats(self, points: torch.Tensor) -> bool:
-        """Whether a rung's per-row scores ``points`` ``[n_val]`` beat the best rung's by more than one standard
-        error of their paired difference, mean_i d_i > sd_i d_i / √n_val with d_i = ℓ_i − ℓ_i^best (the same rows
-        and draws: a gain the held-out rows cannot tell from noise does not lengthen the fit)."""
+        """Whether a rung's per-row scores ``points`` ``[n_val]`` beat the best rung's: the per-row differences
+        d_i = ℓ_i − ℓ_i^best (the same rows and draws) have a positive mean — the held-out log predictive, the
+        metric — and a positive median — the typical row gains too.  A gain carried by a few rows does not lengthen
+        the fit (moons, Radial over every weight: 400 epochs for +0.001 nats with 20 % of the rows better, test
+        accuracy 0.929), nor does a loss of the mean on a few rows while most rows sharpen (energy, last layer:
+        400 → 800 epochs)."""
         difference = points - self._best_points
         if not torch.isfinite(difference).all():
             return bool(points.mean() > self._best_points.mean())
-        error = float(difference.std()) / math.sqrt(difference.numel()) if difference.numel() > 1 else 0.0
-        return float(difference.mean()) > error
+        return float(difference.mean()) > 0 and float(difference.median()) > 0
 
     def chosen(self, selection: str = "best") -> int:
         """The 0-based rung by ``selection``: ``"best"`` the highest score, ``"one-se"`` the first within one

@@ -214,17 +214,18 @@ def test_one_standard_error_picks_the_shortest_rung_within_it():
         for epoch in range(length):
             monitor(epoch, lambda: {})
         monitor.finish()
-    assert monitor.scores == pytest.approx([1.15, 1.3]) and monitor.best == 1  # paired gain 0.15 > its error 0.1
+    assert monitor.scores == pytest.approx([1.15, 1.3]) and monitor.best == 1
     assert monitor.errors[1] == pytest.approx(0.2)  # sd 0.283 / √2
     assert monitor.chosen("best") == 1 and monitor.chosen("one-se") == 0  # 1.15 ≥ 1.3 − 0.2
 
 
-def test_a_rung_beats_the_best_only_by_more_than_the_paired_standard_error():
-    """The same held-out rows and draws score every rung: a gain counts when the mean of the per-row differences
-    exceeds their standard error — a small gain on every row does, a larger mean gain from a few rows does not."""
-    monitor = RungMonitor(None, None, None, [10, 15, 20], patience=1)  # windows of one epoch
-    base = torch.linspace(-1.0, 1.0, 50)
-    rows = iter([base, base + 0.01, base + 0.01 + torch.where(torch.arange(50) < 2, 5.0, -0.1)])
+def test_a_rung_beats_the_best_where_the_mean_and_the_typical_row_gain():
+    """The same held-out rows and draws score every rung: a rung is better when the per-row differences have a
+    positive mean and a positive median — not a mean gain from a few rows, nor a typical gain with a mean loss."""
+    monitor = RungMonitor(None, None, None, [10, 12, 14, 16], patience=2)  # windows of one epoch
+    base, few = torch.linspace(-1.0, 1.0, 50), torch.arange(50) < 5
+    rows = iter([base, base + 0.01, base + 0.01 + torch.where(few, 5.0, -0.1),  # mean +0.41, median −0.1
+                 base + 0.01 + torch.where(few, -5.0, 0.1)])  # mean −0.41, median +0.1
     monitor.score = lambda draws: next(rows)
     stops = []
     for rung, length in enumerate(monitor.lengths):
@@ -232,5 +233,5 @@ def test_a_rung_beats_the_best_only_by_more_than_the_paired_standard_error():
         for epoch in range(length):
             monitor(epoch, lambda: {})
         stops.append(monitor.finish())
-    assert monitor.scores[2] > monitor.scores[1] > monitor.scores[0]  # means: 0, 0.01, 0.114
-    assert monitor.best == 1 and stops == [False, False, True]  # rung 2's gain is two rows' noise
+    assert monitor.scores[2] > monitor.scores[1] > monitor.scores[0] > monitor.scores[3]
+    assert monitor.best == 1 and stops == [False, False, False, True]
