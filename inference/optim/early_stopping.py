@@ -137,67 +137,37 @@ def default_patience(epochs: int) -> int:
 
 class ValidationMonitor:
     """The held-out log-likelihood after every epoch and the stopping rule; a ``stop(epoch, values)`` callback of
-    :func:`inference.optim.map.fit_map` (and of :func:`inference.variational.fit.fit_guide`, ``predictive``).
+    :func:`inference.optim.map.fit_map`.
 
     ``values`` are the fit's current site values ``{site: tensor}`` (constrained); the deterministic parameters
-    are the network's own.  With ``predictive`` they are S draws ``{site: [S, ...]}`` of a distribution over the
-    sites (a variational q) and a held-out row's score is the log of its Monte Carlo predictive density,
-    log (1/S) Σ_s p(y_i | x_i, w_s) — the honest test metric.  Epochs before ``min_epochs`` (e.g. a KL ramp,
-    whose objective is not yet the fit's) are scored −∞, cannot be chosen and do not count towards the
-    patience.  With ``window`` w > 1 the rule reads the mean of the last w epochs' scores (a stochastic
-    optimiser's iterates scatter about the trend: one lucky epoch should not end the run nor be chosen), and
-    the chosen epoch is the middle of the best window.  ``curve`` holds ℓ_val per epoch run, ``best`` the 0-based
-    epoch at the end of the best window."""
+    are the network's own.  ``curve`` holds ℓ_val per epoch run, ``best`` the 0-based epoch of its maximum."""
 
-    def __init__(self, bnn, x: torch.Tensor, y: torch.Tensor, patience: int, predictive: bool = False,
-                 min_epochs: int = 0, window: int = 1):
+    def __init__(self, bnn, x: torch.Tensor, y: torch.Tensor, patience: int):
         self.bnn, self.x, self.y, self.patience = bnn, x, y, int(patience)
-        self.predictive, self.min_epochs, self.window = bool(predictive), int(min_epochs), max(1, int(window))
         self.curve: list = []
-        self.smoothed: list = []  # the mean of the last ``window`` scores (−∞ until the window lies past the ramp)
         self.errors: list = []  # the standard error of each epoch's mean, sd / √n_val
         self.best = -1
 
     def chosen(self, selection: str = "best") -> int:
         """The 0-based epoch E* − 1 by ``selection`` (:data:`SELECTIONS`)."""
         if selection == "one-se" and self.best >= 0:
-            scores = self.smoothed if self.window > 1 else self.curve
-            floor = scores[self.best] - self.errors[self.best]
-            end = min(e for e, score in enumerate(scores) if score >= floor)
-        else:
-            end = self.best
-        return end - (self.window - 1) // 2 if end >= 0 else end
-
-    def score(self, values: dict) -> torch.Tensor:
-        """``[n_val]`` held-out log (predictive) densities of ``values`` (see the class docstring)."""
-        with torch.no_grad():
-            if not self.predictive:
-                return self.bnn.log_likelihood({n: v.unsqueeze(0) for n, v in values.items()}, self.x, self.y)[0]
-            draws = self.bnn.log_likelihood(values, self.x, self.y)  # [S, n_val]
-            return torch.logsumexp(draws, dim=0) - math.log(draws.shape[0])
+            floor = self.curve[self.best] - self.errors[self.best]
+            return min(e for e, score in enumerate(self.curve) if score >= floor)
+        return self.best
 
     def __call__(self, epoch: int, values: dict) -> bool:
-        if len(self.curve) < self.min_epochs:
-            self.curve.append(-math.inf)
-            self.smoothed.append(-math.inf)
-            self.errors.append(0.0)
-            return False
-        points = self.score(values)
+        with torch.no_grad():
+            points = self.bnn.log_likelihood({n: v.unsqueeze(0) for n, v in values.items()}, self.x, self.y)[0]
         score = float(points.mean())
         self.errors.append(float(points.std()) / math.sqrt(points.numel()) if points.numel() > 1 else 0.0)
         self.curve.append(score if math.isfinite(score) else -math.inf)
-        full = len(self.curve) - self.min_epochs >= self.window
-        self.smoothed.append(sum(self.curve[-self.window:]) / self.window if full else -math.inf)
-        if not full:
-            return False  # the first window past the ramp is not complete yet
-        if self.best < 0 or self.smoothed[-1] > self.smoothed[self.best]:
+        if self.best < 0 or self.curve[-1] > self.curve[self.best]:
             self.best = len(self.curve) - 1
         return len(self.curve) - 1 - self.best >= self.patience
 
 
 def choose_epochs(fit_held_out, bnn, x, y, max_epochs: int, options, seed: int,
-                  selection: Optional[str] = None, predictive: bool = False, min_epochs: int = 0,
-                  window: int = 1) -> tuple[int, dict]:
+                  selection: Optional[str] = None) -> tuple[int, dict]:
     """E* of a fit of at most ``max_epochs`` epochs on ``x, y`` ``[N, ...]``, and the ``info["early_stopping"]``
     record.
 
@@ -205,8 +175,7 @@ def choose_epochs(fit_held_out, bnn, x, y, max_epochs: int, options, seed: int,
     callback (:class:`ValidationMonitor`); ``options`` (an :class:`EarlyStoppingOptions`, or a config that has its
     fields) give the held-out share ``validation_fraction`` — the rows are :func:`held_out_split` of ``seed`` — and
     ``patience`` (``None``: :func:`default_patience`); ``selection`` overrides the rule :func:`selection_for` reads
-    from ``options``; ``predictive``, ``min_epochs`` and ``window`` are the :class:`ValidationMonitor`'s (a fit that passes the
-    callback draws of its q, not a point).  The network's deterministic parameters (which a fit trains
+    from ``options``.  The network's deterministic parameters (which a fit trains
     in place) are given back as they were, so the refit starts where this run started.  The record holds
     ``epochs`` (E*), ``max_epochs`` (E), ``epochs_run``, ``num_validation``, ``patience`` and ``validation_ll``
     (ℓ_val per epoch run, standardised units)."""
@@ -214,7 +183,7 @@ def choose_epochs(fit_held_out, bnn, x, y, max_epochs: int, options, seed: int,
     kept, held = held_out_split(x.shape[0], options.validation_fraction, seed)
     kept, held = kept.to(x.device), held.to(x.device)
     patience = int(options.patience) if options.patience is not None else default_patience(int(max_epochs))
-    monitor = ValidationMonitor(bnn, x[held], y[held], patience, predictive, min_epochs, window)
+    monitor = ValidationMonitor(bnn, x[held], y[held], patience)
     state = {k: v.detach().clone() for k, v in bnn.net.state_dict().items()}
     try:
         fit_held_out(x[kept], y[kept], monitor)
@@ -222,5 +191,4 @@ def choose_epochs(fit_held_out, bnn, x, y, max_epochs: int, options, seed: int,
         bnn.net.load_state_dict(state)
     epochs = monitor.chosen(selection) + 1 if monitor.best >= 0 else int(max_epochs)
     return epochs, {"epochs": epochs, "selection": selection, "max_epochs": int(max_epochs), "epochs_run": len(monitor.curve),
-                    "num_validation": int(held.numel()), "patience": patience, "validation_ll": monitor.curve,
-                    **({"window": monitor.window} if monitor.window > 1 else {})}
+                    "num_validation": int(held.numel()), "patience": patience, "validation_ll": monitor.curve}

@@ -8,8 +8,8 @@
 * :mod:`.elbo_paths` — option ``elbo_path``: the fused or the Pyro-trace ELBO, and the choice;
 * :mod:`.fit` — :func:`~inference.variational.fit.fit_guide`, the whole fit around the training
   loop of :mod:`inference.optim.training`, and the Pyro-trace particle;
-* :mod:`.length` — the fit's length chosen on held-out rows (``epochs=None``: the ``map`` backend's early-stopping
-  rule on the held-out predictive), then a refit on every row;
+* :mod:`.length` — the fit's length chosen on held-out rows (``epochs=None``: a ladder of fits of doubling length,
+  each with its own cosine schedule, the held-out predictive read at each one's end), then a refit on every row;
 * :mod:`.families` — Graves / sparse VD / Kingma VD: parameterisations, KLs, pruning rules;
 * :mod:`.meanfield` — :class:`MeanFieldGuide`, those families over any model's sites, with a fused
   training path (one noise draw for all weights, or local reparameterisation);

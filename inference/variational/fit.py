@@ -87,10 +87,10 @@ def fit_guide(
             pretrain on every row for that many, and keep the body at those values while the guide trains
             (``info["body"]``), as the samplers keep their MAP start's body: a long variational budget on a few
             hundred rows otherwise fits the body to the training residuals, and the noise with it.
-        stop: ``stop(epoch, draws) -> bool`` after each epoch, ``draws`` :data:`MONITOR_DRAWS` draws ``{site: [S,
-            ...]}`` of the current q under one fixed seed (common random numbers: the held-out curve moves with q,
-            not with the Monte Carlo); ``True`` ends the training there (the held-out choice of the ELBO's length,
-            :mod:`inference.variational.length`).
+        stop: ``stop(epoch, draws) -> bool`` after each epoch, ``draws()`` (called only where the epoch is scored)
+            :data:`MONITOR_DRAWS` draws ``{site: [S, ...]}`` of the current q under one fixed seed (common random
+            numbers: the held-out curve moves with q, not with the Monte Carlo); ``True`` ends the training there
+            (the held-out choice of the ELBO's length, :mod:`inference.variational.length`).
         desc: the progress bar's label (default: the backend and its number of random weights).
     Returns:
         the :class:`~inference.variational.posterior.VariationalPosterior`; ``info["history"]`` holds the
@@ -135,7 +135,8 @@ def fit_guide(
         return {"sparsity": f"{report['sparsity']:.3f}", "layers": "/".join(f"{v:.2f}" for v in report["layers"].values())}
 
     def draws(epoch):  # q's draws under one seed, every epoch the same (VariationalPosterior's own sampler)
-        return stop(epoch, VariationalPosterior(bnn, guide, guide_name, guide_kwargs).sample_params(MONITOR_DRAWS, seed))
+        return stop(epoch, lambda: VariationalPosterior(bnn, guide, guide_name, guide_kwargs).sample_params(
+            MONITOR_DRAWS, seed))
 
     if not params:  # nothing to optimise (frozen network, no latents)
         return result()
