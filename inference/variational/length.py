@@ -10,7 +10,7 @@ predictive, among lengths each trained as the refit would be:
 
 1. a seeded fifth of the training rows is held out (``validation_fraction``, :func:`~inference.optim.early_stopping.
    held_out_split`);
-2. the ladder (:func:`ladder`): fits of E_0 = ``cycle_epochs`` (100), 2 E_0, 4 E_0, … epochs and the cap E
+2. the ladder (:func:`ladder`): fits of E_0 = ``first_rung_epochs`` (100), 2 E_0, 4 E_0, … epochs and the cap E
    (:func:`max_epochs`: the fixed 200 epochs raised to ⌈``max_steps`` / steps per epoch⌉, ``max_steps`` 20 000
    optimisation steps — 1 819 epochs on energy's 691 rows, 5 000 on 200 rows in minibatches of 64), each on the
    kept rows from the same start and seed with its own cosine schedule over its own length — exactly the fit a
@@ -68,7 +68,7 @@ import torch
 from inference.optim.batches import as_batches
 from inference.optim.early_stopping import EarlyStoppingOptions, held_out_split, uses_early_stopping
 
-__all__ = ["FIXED_EPOCHS", "MAX_STEPS", "CYCLE_EPOCHS", "HELD_OUT_LENGTH_BLOCKER", "HeldOutLengthOptions",
+__all__ = ["FIXED_EPOCHS", "MAX_STEPS", "FIRST_RUNG_EPOCHS", "HELD_OUT_LENGTH_BLOCKER", "HeldOutLengthOptions",
            "chooses_length", "max_epochs", "ladder", "rung_window", "RungMonitor", "fit_held_out_length"]
 
 #: the variational backends' former fixed length, and the least the held-out choice may train to (epochs)
@@ -76,7 +76,7 @@ FIXED_EPOCHS = 200
 #: the optimisation steps up to which the held-out choice may train on small data (:func:`max_epochs`)
 MAX_STEPS = 20_000
 #: epochs of the ladder's first fit (:func:`ladder`)
-CYCLE_EPOCHS = 100
+FIRST_RUNG_EPOCHS = 100
 #: why a fit that chooses its length cannot join a stacked batch (the stacked engines train a given length)
 HELD_OUT_LENGTH_BLOCKER = ("the fit chooses its length on its own held-out rows (epochs=None), then refits for that "
                            "many; give epochs=E to stack the fits")
@@ -90,7 +90,7 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
         epochs: passes over the training data (``None``: chosen on held-out rows, at most :func:`max_epochs`;
             the fixed :data:`FIXED_EPOCHS` where nothing is chosen).
         max_steps: the optimisation steps up to which the choice may train (:func:`max_epochs`).
-        cycle_epochs: epochs of the ladder's first fit; each next doubles (:func:`ladder`).
+        first_rung_epochs: epochs of the ladder's first fit; each next doubles (:func:`ladder`).
         early_stopping, validation_fraction, selection: the held-out choice
             (:class:`~inference.optim.early_stopping.EarlyStoppingOptions`; ``early_stopping=None``: when
             ``epochs`` is ``None``, :func:`chooses_length`; ``selection`` ``None``: ``"best"``, ``"one-se"``: the
@@ -101,7 +101,7 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
 
     epochs: Optional[int] = None
     max_steps: int = MAX_STEPS
-    cycle_epochs: int = CYCLE_EPOCHS
+    first_rung_epochs: int = FIRST_RUNG_EPOCHS
 
     def validate(self):
         """Checks these options, then the loop's (at a stand-in length where ``epochs`` is ``None``)."""
@@ -110,9 +110,9 @@ class HeldOutLengthOptions(EarlyStoppingOptions):
         if int(self.max_steps) < 1:
             raise ValueError(f"max_steps (the optimisation steps up to which the held-out choice of the length may "
                              f"train) must be at least 1, got {self.max_steps}")
-        if int(self.cycle_epochs) < 1:
-            raise ValueError(f"cycle_epochs (the epochs of the held-out ladder's first fit) must be "
-                             f"at least 1, got {self.cycle_epochs}")
+        if int(self.first_rung_epochs) < 1:
+            raise ValueError(f"first_rung_epochs (the epochs of the held-out ladder's first fit) must be "
+                             f"at least 1, got {self.first_rung_epochs}")
         self.check_early_stopping()
         stand_in = self if self.epochs is not None else dataclasses.replace(self, epochs=FIXED_EPOCHS)
         validate = getattr(super(HeldOutLengthOptions, stand_in), "validate", None)
@@ -250,7 +250,7 @@ def fit_held_out_length(fit: Callable, bnn, x, y, config, seed: int):
     num_data = x.shape[0] if isinstance(x, torch.Tensor) else as_batches(x, y, config.batch_size).num_data
     choose = chooses_length(config, x)
     config = dataclasses.replace(config, epochs=max_epochs(config, num_data, x), early_stopping=False)
-    lengths = ladder(config.cycle_epochs, config.epochs) if choose else [config.epochs]
+    lengths = ladder(config.first_rung_epochs, config.epochs) if choose else [config.epochs]
     if len(lengths) == 1:  # nothing to choose between
         return fit(x, y, config, None, False)
     selection = config.selection or "best"

@@ -41,7 +41,7 @@ def _pure_noise():
     return BayesianNetwork(net, "all", NormalPrior(3.0), GaussianLikelihood(0.2), example_input=x[:2]), x, y
 
 
-OPTIONS = {"early_stopping": True, "epochs": 150, "cycle_epochs": 10, "batch_size": 32, "progress": False, "seed": 0}
+OPTIONS = {"early_stopping": True, "epochs": 150, "first_rung_epochs": 10, "batch_size": 32, "progress": False, "seed": 0}
 
 
 @pytest.mark.parametrize("backend", ["svi", "graves", "radial"])
@@ -84,7 +84,7 @@ def test_each_rung_is_a_fit_from_the_start_and_the_refit_fits_every_row_for_the_
     best rung's length, without a monitor."""
     bnn, x, y = _slow_line()
     calls, starts, scores = [], [], iter([-3.0, -1.0, -2.0, -5.0])  # rung 2's window is two epochs
-    config = parse_config(BACKENDS["svi"], {"max_steps": 700, "cycle_epochs": 10, "batch_size": 32})
+    config = parse_config(BACKENDS["svi"], {"max_steps": 700, "first_rung_epochs": 10, "batch_size": 32})
 
     def fake_fit(xs, ys, options, stop, held_out):
         calls.append((xs.shape[0], options.epochs, stop is not None, held_out))
@@ -131,7 +131,7 @@ def test_a_data_loader_trains_the_fixed_length_and_refuses_a_forced_choice():
     ({"validation_fraction": 1.5}, "validation_fraction"),
     ({"selection": "last"}, "unknown selection 'last'"),
     ({"patience": 0}, "patience must be at least 1"),
-    ({"cycle_epochs": 0}, "cycle_epochs .* must be at least 1"),
+    ({"first_rung_epochs": 0}, "first_rung_epochs .* must be at least 1"),
 ])
 @pytest.mark.parametrize("backend", ["svi", "svi-lrt", "radial"])
 def test_bad_length_options_are_refused_before_fitting(backend, options, message):
@@ -153,7 +153,7 @@ def test_a_curve_rising_up_to_the_cap_takes_the_cap_without_its_trial(selection,
     taken without a trial as long as the refit; ``"one-se"`` reads every rung's error and tries them all."""
     bnn, x, y = _slow_line()
     lengths, scores = [], iter(range(100))
-    config = parse_config(BACKENDS["svi"], {"max_steps": 700, "cycle_epochs": 10, "batch_size": 32,
+    config = parse_config(BACKENDS["svi"], {"max_steps": 700, "first_rung_epochs": 10, "batch_size": 32,
                                              "selection": selection})
 
     def fake_fit(xs, ys, options, stop, held_out):
