@@ -8,8 +8,8 @@ particle averaging, non-finite checks).  The objective per minibatch is
 −(N/n) Σ_batch E_q[log p(y|x,w)] + β KL(q ‖ p).  The length of ``svi-lrt``, ``graves`` and ``radial`` is chosen
 on held-out rows unless ``epochs`` is given (:mod:`inference.variational.length`: the held-out predictive of q at
 the end of each fit of a ladder of doubling lengths, each with its own cosine schedule, then a refit on every row
-for the best length;
-``early_stopping=False``: the fixed 200 epochs); the dropout families keep their budget from the data size (``early_stopping=True`` chooses within it).
+for the best length; ``early_stopping=False``: the fixed 200 epochs); the dropout families keep their budget from
+the data size (``early_stopping=True`` chooses within it).
 
 * ``graves`` — Gaussian mean-field with a Gaussian prior (the model's Normal prior, or
   N(``prior_mean``, ``prior_sd``²)) and its analytic KL (Graves 2011).  Default estimator
