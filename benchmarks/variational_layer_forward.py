@@ -12,7 +12,7 @@ parameters (autograd graph built, as in training), from the parameters to the ac
 
 The KL term is not part of a forward pass (it is computed once per step for all layers).
 Repeats are interleaved and medians of per-round ratios reported.  The last line gives the
-slowest family at its default training estimator (Graves: weights; sparse/Kingma VD: LRT):
+slowest family at its default training estimator (LRT for every family since issue 38; Graves was weights):
 ``variational_layer_forward_ratio <ratio>``.
 
 Usage: ``python benchmarks/variational_layer_forward.py [--rounds 30] [--calls 200] [--threads 1]``
@@ -30,7 +30,7 @@ from inference.variational.families import FAMILIES
 from inference.variational.lrt import lrt_forward
 
 IN, OUT, BATCH = 300, 100, 32
-DEFAULT_ESTIMATOR = {"graves": "weights", "sparse-vd": "lrt", "kingma-vd": "lrt"}
+DEFAULT_ESTIMATOR = {"graves": "lrt", "sparse-vd": "lrt", "kingma-vd": "lrt"}
 
 
 def _layer_forward(family_name: str, estimator: str, x: torch.Tensor):

@@ -13,12 +13,12 @@ the data size (``early_stopping=True`` chooses within it).
 
 * ``graves`` — Gaussian mean-field with a Gaussian prior (the model's Normal prior, or
   N(``prior_mean``, ``prior_sd``²)) and its analytic KL (Graves 2011).  Default estimator
-  ``"weights"``: one fused draw of all weights per step (:class:`MeanFieldGuide`'s fast path) —
-  the library's default estimator for fully stochastic Linear networks (timings in
-  ``docs/variational.md``, ``benchmarks/svi_step.py``).
+  ``"lrt"`` (below; until issue 38's sixth pass ``"weights"``, one fused draw of all weights per step
+  shared by the minibatch, as seed 002's Graves layers draw them — still ``estimator="weights"``, and the
+  seed-002 grid's choice).
 * ``svi-lrt`` — the same family and prior as ``svi``'s mean-field guide, trained with local
   reparameterisation (``estimator="lrt"``, Kingma, Salimans & Welling 2015) wherever a
-  Linear/Conv layer's weight is fully random; weight sampling elsewhere.
+  Linear/Conv layer's weight is fully random; weight sampling elsewhere.  ``graves`` without its prior options.
 * ``sparse-vd`` — sparse variational dropout (Molchanov, Ashukha & Vetrov 2017), LRT by default.
 * ``kingma-vd`` — variational dropout with α ≤ 1 (Kingma, Salimans & Welling 2015), LRT by default.
   Both train for a length set by the data size (:class:`DropoutVDConfig`: at least 5000 steps, a
@@ -89,8 +89,11 @@ class MeanFieldConfig(HeldOutLengthOptions, LoopOptions):
     families keep their own budget, :class:`DropoutVDConfig`) plus
 
     Attributes:
-        estimator: ``"weights"`` (one draw of all weights per step) or ``"lrt"`` (local
-            reparameterisation where applicable).
+        estimator: ``"lrt"`` (default: local reparameterisation, Kingma, Salimans & Welling 2015, wherever a
+            Linear/Conv layer's weight is wholly random; weight draws elsewhere) or ``"weights"`` (one draw of all
+            weights per step, shared by the minibatch: seed 002's Graves layers).  Both estimate the same ELBO;
+            LRT's gradient variance falls with the batch size, and Graves over every weight of UCI energy reached
+            its held-out optimum only after ~33 000 steps with ``"weights"`` (issue 38, RESULTS section 7).
         prune_threshold: threshold of the family's pruning rule used for the tracked sparsity
             (default: the family's, 0.83 / 3 / 0).
         track_sparsity: compute per-layer sparsity after every epoch.
@@ -98,7 +101,7 @@ class MeanFieldConfig(HeldOutLengthOptions, LoopOptions):
 
     FAMILY: ClassVar[str] = "graves"
 
-    estimator: str = "weights"
+    estimator: str = "lrt"
     prune_threshold: Optional[float] = None
     track_sparsity: bool = True
 
@@ -133,9 +136,8 @@ class GravesConfig(MeanFieldConfig):
 
 @dataclass
 class SVILRTConfig(MeanFieldConfig):
-    """Mean-field Normal against the model's prior, local reparameterisation by default."""
-
-    estimator: str = "lrt"
+    """Mean-field Normal against the model's prior, local reparameterisation by default (``graves`` without
+    its prior options)."""
 
 
 @dataclass
@@ -148,17 +150,17 @@ class DropoutVDConfig(MeanFieldConfig):
             data so that the fit takes at least ``min_steps`` optimisation steps
             (``max(200, ⌈min_steps / steps per epoch⌉)``), and ``pretrain_epochs`` ``None`` a quarter of
             them (deterministic pretraining: the guide's means start at the pretrained weights, as
-            Molchanov, Ashukha & Vetrov 2017 start from a pretrained network; a model with a trained
-            deterministic body, a last-layer model, and a learned noise pretrains for the epochs of the best held-out
-            log-likelihood, at most ``epochs``, and keeps the body fixed while the guide trains:
-            :func:`inference.variational.fit.fit_guide`'s ``held_out_body``); or ``"paper"`` — the fixed
+            Molchanov, Ashukha & Vetrov 2017 start from a pretrained network; a model with a learned noise
+            pretrains for the epochs of the best held-out log-likelihood, at most ``epochs``, and keeps the noise
+            — and a last-layer model's deterministic body — at the pretrained values while the guide trains, so
+            the dropout noise under q is not learned into the noise and counted twice in the predictive:
+            :func:`inference.variational.fit.fit_guide`'s ``held_out_pretraining``); or ``"paper"`` — the fixed
             budget these backends had before issue 38, whatever the data size: 200 epochs from the
             network's own initialisation (``pretrain_epochs`` ``None`` is 0).  Given values are kept.
         min_steps: the optimisation steps ``"data-size"`` trains for at least (default 5000, the
             command line's target; 200 epochs of batch 64 on 200 points are only 800).
     """
 
-    estimator: str = "lrt"
     lr: float = 3e-3
     kl_anneal_epochs: int = 100
     epochs: Optional[int] = None
@@ -255,7 +257,7 @@ class _VariationalBackend(Backend):
                 self.name, bnn, xs, ys, options, seed, progress, self.guide_name, self._guide_kwargs(options),
                 self._particle(bnn, options), info=lambda guide: self._extra_info(bnn, guide, options),
                 sparsity=(options.prune_threshold, options.track_sparsity and not held_out), fused_adam=True,
-                held_out_body=isinstance(options, DropoutVDConfig) and options.protocol == "data-size", stop=stop,
+                held_out_pretraining=isinstance(options, DropoutVDConfig) and options.protocol == "data-size", stop=stop,
                 desc=f"{self.name} (held-out length)" if held_out else None,
             )
 

@@ -10,7 +10,7 @@ for the same one-sample estimate log q(z) − log p(z) without Pyro.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 import pyro
 import pyro.distributions as dist
@@ -80,7 +80,7 @@ def unconstrained_draw(loc: torch.Tensor, scale: torch.Tensor, prior) -> tuple[t
 
 
 class LatentFactors(nn.Module):
-    """Mean-field Normal factors (unconstrained space) for a model's likelihood latents.
+    """Mean-field Normal factors (unconstrained space) for a model's likelihood latents, or point masses.
 
     Args:
         priors: ``{site: prior distribution}`` (e.g. ``bnn.latent_priors()``).
@@ -88,12 +88,23 @@ class LatentFactors(nn.Module):
         init_values: ``{site: value}`` (constrained space) where a factor's mean starts, e.g. the
             latents' MAP that deterministic pretraining ends with
             (:func:`inference.optim.training.pretrain`); a site it lacks starts at its prior mean.
+        fixed: sites held at their ``init_values`` as point masses z* (a buffer, not a trained parameter):
+            every draw is z*, and its term of the KL is −log p(z*) (Pyro's ``AutoDelta`` convention: a
+            constant, so the weights' factors train against the likelihood at z*).
+
+    Raises:
+        ValueError: a ``fixed`` name that is not a latent site.
     """
 
     def __init__(self, priors: Mapping[str, torch.distributions.Distribution], init_scale: float,
-                 init_values: Optional[Mapping[str, torch.Tensor]] = None):
+                 init_values: Optional[Mapping[str, torch.Tensor]] = None, fixed: Iterable[str] = ()):
         super().__init__()
         self.priors = dict(priors)
+        self.fixed = tuple(fixed)
+        unknown = [name for name in self.fixed if name not in self.priors]
+        if unknown:
+            raise ValueError(f"fixed latents {unknown} are not latent sites of the likelihood; its latents: "
+                             f"{', '.join(self.priors) or 'none'}")
         self.loc = nn.ParameterDict()
         self.log_scale = nn.ParameterDict()
         init_values = init_values or {}
@@ -101,22 +112,41 @@ class LatentFactors(nn.Module):
             start = init_values.get(name)
             start = prior.mean if start is None else torch.as_tensor(start).to(prior.mean).expand_as(prior.mean)
             init = biject_to(prior.support).inv(start.detach())
-            self.loc[name] = nn.Parameter(init.clone())
-            self.log_scale[name] = nn.Parameter(torch.full_like(init, math.log(init_scale)))
+            if name in self.fixed:
+                self.register_buffer(_fixed_buffer(name), init.clone())
+            else:
+                self.loc[name] = nn.Parameter(init.clone())
+                self.log_scale[name] = nn.Parameter(torch.full_like(init, math.log(init_scale)))
+
+    def fixed_value(self, name: str) -> torch.Tensor:
+        """z* of fixed latent ``name`` (constrained space)."""
+        return biject_to(self.priors[name].support)(getattr(self, _fixed_buffer(name)))
 
     def pyro_sample(self) -> dict:
         """Pyro sample statements of every latent (use inside a guide)."""
-        return {
-            name: sample_unconstrained(
-                name, self.loc[name], self.log_scale[name].exp(), prior.support, len(prior.event_shape)
-            )
-            for name, prior in self.priors.items()
-        }
+        values = {}
+        for name, prior in self.priors.items():
+            if name in self.fixed:
+                values[name] = pyro.sample(name, dist.Delta(self.fixed_value(name), event_dim=len(prior.event_shape)))
+            else:
+                values[name] = sample_unconstrained(
+                    name, self.loc[name], self.log_scale[name].exp(), prior.support, len(prior.event_shape))
+        return values
 
     def rsample_with_kl(self) -> tuple[dict, torch.Tensor]:
-        """One reparameterised draw ``{site: value}`` and the estimate Σ log q(z) − log p(z)."""
+        """One reparameterised draw ``{site: value}`` and the estimate Σ log q(z) − log p(z) (−log p(z*) for a
+        fixed latent)."""
         values, kl = {}, torch.zeros(())
         for name, prior in self.priors.items():
-            values[name], estimate = unconstrained_draw(self.loc[name], self.log_scale[name].exp(), prior)
+            if name in self.fixed:
+                values[name] = self.fixed_value(name)
+                estimate = -prior.log_prob(values[name]).sum()
+            else:
+                values[name], estimate = unconstrained_draw(self.loc[name], self.log_scale[name].exp(), prior)
             kl = kl + estimate
         return values, kl
+
+
+def _fixed_buffer(name: str) -> str:
+    """The buffer holding fixed latent ``name``'s unconstrained value (a name without dots)."""
+    return "fixed_" + name.replace(".", "_")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import pyro
 import pyro.distributions as dist
@@ -175,6 +175,9 @@ class MeanFieldGuide(nn.Module):
         init_scale: initial posterior sd of every weight (and of the latents' factors).
         prior_mean, prior_sd: Graves family only — replace the model's Normal weight prior by
             N(prior_mean, prior_sd²) in the KL (either may be given; the other keeps the model's).
+        fixed_latents: likelihood latents held at their ``init_values`` as point masses
+            (:class:`~inference.variational.latents.LatentFactors`' ``fixed``; the dropout families' pretrained
+            noise, :func:`inference.variational.fit.fit_guide`).
 
     Raises:
         ValueError: the model has no random weight sites, the family is unknown, or the Graves
@@ -189,6 +192,7 @@ class MeanFieldGuide(nn.Module):
         init_scale: float = 1e-3,
         prior_mean: Optional[float] = None,
         prior_sd: Optional[float] = None,
+        fixed_latents: Sequence[str] = (),
     ):
         super().__init__()
         self.family = get_family(family)
@@ -216,7 +220,7 @@ class MeanFieldGuide(nn.Module):
         self.scale_param = nn.Parameter(self.family.init_param(loc, float(init_scale)))
         self.prior_override = (prior_mean, prior_sd)
         self._priors = [self._site_prior(seg.name, bnn.prior_distributions()[seg.name]) for seg in segments]
-        self.latents = LatentFactors(bnn.latent_priors(), float(init_scale), init_values)
+        self.latents = LatentFactors(bnn.latent_priors(), float(init_scale), init_values, fixed_latents)
         self._specs: dict = {}
         self._workspace = Workspace()  # the fused step's reusable [P] work tensors
 

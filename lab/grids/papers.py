@@ -119,6 +119,8 @@ def structured_grid(fast: bool, data_root) -> list:
 #: variational families with prunable weight sites (Graves 2011-style dense, mean field with the local
 #: reparameterisation trick, sparse / Kingma variational dropout, Radial) and the post-hoc pruning modes
 VARIATIONAL_FAMILIES = ("graves", "svi-lrt", "sparse-vd", "kingma-vd", "radial")
+#: seed 002's Graves layers draw one set of weights per forward pass (the backend's default is now LRT)
+SEED_002_ESTIMATOR = {"graves": {"estimator": "weights"}}
 
 
 def sparse_vd_grid(fast: bool, data_root) -> list:
@@ -129,7 +131,8 @@ def sparse_vd_grid(fast: bool, data_root) -> list:
         for prune in PRUNE_MODES:
             for seed in seeds:
                 spec = RunSpec(data="digits", model="lenet300100", stochastic="all", backend=family, seed=seed,
-                               epochs=epochs, batch_size=128, prune=prune)
+                               epochs=epochs, batch_size=128, prune=prune,
+                               backend_options=SEED_002_ESTIMATOR.get(family, {}))
                 labels = {"family": family, "prune": prune, "seed": seed}
                 runs.append(GridRun(run_key(family, prune, seed), spec, labels))
     return runs
