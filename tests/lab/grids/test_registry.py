@@ -76,3 +76,12 @@ def test_dataset_builders_and_extra_metrics_register_as_grids_do():
         assert EXTRAS["euler"] is toy and toy.compute(None, None) == {"toy": 1.0}
     finally:
         register_extra(built_in, replace=True)
+
+
+def test_the_seed_002_grid_runs_graves_with_the_seeds_weight_draws():
+    """Graves' backend defaults to local reparameterisation; the sparse-vd-lenet grid reproduces seed 002, whose
+    Graves layers draw one set of weights per step, so it asks for ``estimator="weights"`` by name."""
+    runs = get_experiment("sparse-vd-lenet").build(True, None)
+    options = {run.spec.backend: run.spec.backend_options for run in runs}
+    assert options["graves"] == {"estimator": "weights"}
+    assert all(opts == {} for backend, opts in options.items() if backend != "graves")
