@@ -35,11 +35,21 @@ from .likelihoods import Likelihood
 from .priors import Prior
 
 __all__ = ["as_tensor", "check_input", "check_targets", "check_dataset", "input_spec", "InputSpec", "check_count",
-           "check_seed", "check_network_arguments", "target_scaling", "early_target_scaling", "IntegerTargetsWarning"]
+           "check_seed", "check_network_arguments", "target_scaling", "early_target_scaling", "IntegerTargetsWarning",
+           "UnstandardisedTargetsWarning", "check_standardised_targets"]
 
 
 class IntegerTargetsWarning(UserWarning):
     """Regression targets given with an integer dtype: fitted as real numbers, perhaps meant as class labels."""
+
+
+class UnstandardisedTargetsWarning(UserWarning):
+    """Regression targets far from standardised fitted by a model whose target scaling is the identity."""
+
+
+#: a target column counts as standardised when |mean| ≤ 3 and its sd lies in [0.01, 10]
+#: (:func:`check_standardised_targets`)
+STANDARDISED_MEAN, STANDARDISED_SD = 3.0, (0.01, 10.0)
 
 
 # ---------------------------------------------------------------------- conversion
@@ -292,6 +302,32 @@ def check_targets(bnn, y, rows: int, name: str = "y") -> torch.Tensor:
         raise ValueError(f"class labels must lie in [0, {bnn.output_dim - 1}] for a network with {bnn.output_dim} "
                          f"outputs; got {name} with labels in [{int(y.min())}, {int(y.max())}]")
     return y
+
+
+def check_standardised_targets(bnn, y: torch.Tensor, name: str = "y") -> None:
+    """Warn (:class:`UnstandardisedTargetsWarning`) when checked regression targets ``y`` ``[N, T]`` are far from
+    standardised — a column with |mean| > 3 or an sd outside [0.01, 10] — while ``bnn`` maps its outputs to
+    original units by the identity (``target_loc`` 0, ``target_scale`` 1).  The library's priors and every
+    backend's defaults (a noise sd of 0.1 or a Gamma prior around it, N(0, 1) weights, step sizes) assume targets
+    of mean ≈ 0 and sd ≈ 1: raw targets (e.g. a mean of 30 and an sd of 7) are fitted, but the posteriors can be
+    badly miscalibrated (a mean-field fit over every weight covered 32 % of a 90 % interval)."""
+    if bnn.likelihood.task != "regression" or y.shape[0] < 2:
+        return
+    if not (bool((bnn.target_loc == 0).all()) and bool((bnn.target_scale == 1).all())):
+        return
+    mean, sd = y.mean(0), y.std(0)
+    low, high = STANDARDISED_SD
+    far = (mean.abs() > STANDARDISED_MEAN) | (sd < low) | (sd > high)
+    if not bool(far.any()):
+        return
+    column = int(torch.nonzero(far).flatten()[0])
+    warnings.warn(
+        f"{name} is not standardised (column {column}: mean {float(mean[column]):.4g}, sd {float(sd[column]):.4g}) "
+        f"but the model's target scaling is the identity; the priors and the backends' defaults assume targets of "
+        f"mean ≈ 0 and sd ≈ 1, so the posterior can be badly miscalibrated. Standardise them and tell the model: "
+        f"loc, scale = {name}.mean(0), {name}.std(0); bnn.set_target_scaling(loc, scale); then fit "
+        f"({name} - loc) / scale — predictions come back in original units", UnstandardisedTargetsWarning,
+        stacklevel=4)
 
 
 def check_dataset(bnn, data, name: str = "data", num_data: Optional[int] = None) -> None:

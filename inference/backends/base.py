@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from zoo.bnn import BayesianNetwork
-from zoo.checks import check_input, check_targets
+from zoo.checks import check_input, check_standardised_targets, check_targets
 
 from inference.memory import check_fit_memory
 from inference.optim.batches import LoaderBatches, minibatches
@@ -183,14 +183,17 @@ def check_training_data(bnn, x, y) -> tuple[torch.Tensor, torch.Tensor]:
     ``x`` and ``y`` are tensors or numpy arrays (converted), checked by
     :func:`zoo.checks.check_input` (finite, the network's input layout, one forward on two rows)
     and :func:`zoo.checks.check_targets` (one target row per input; regression ``[N, T]`` in its
-    own floating precision, classification int64 labels in range).
+    own floating precision, classification int64 labels in range); regression targets far from standardised
+    under an identity target scaling warn (:func:`zoo.checks.check_standardised_targets`).
     """
     _check_model(bnn)
     if y is None:
         raise ValueError("y is missing: pass the targets, fit(bnn, x, y, ...), or a DataLoader of (x, y) batches "
                          "as fit(bnn, loader, ...)")
     x = check_input(bnn, x, "x")
-    return x, check_targets(bnn, y, x.shape[0], "y")
+    y = check_targets(bnn, y, x.shape[0], "y")
+    check_standardised_targets(bnn, y)
+    return x, y
 
 
 def _check_model(bnn) -> None:

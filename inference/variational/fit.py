@@ -107,7 +107,7 @@ def fit_guide(
     started = time.perf_counter()
     init_values = None
     data = as_batches(x, y, config.batch_size)
-    body = {}  # a held-out choice of the body's pretraining epochs, when made
+    body = {}  # the held-out choice of the pretraining epochs and what it fixed (body, noise), when made
     if config.pretrain_epochs:
         lr, epochs = config.pretrain_lr or config.lr, config.pretrain_epochs
         latents = list(bnn.latent_priors())

@@ -11,7 +11,7 @@ from torch import nn
 
 from zoo import BayesianNetwork, CategoricalLikelihood, GaussianLikelihood
 from zoo.bnn import UnbuiltNetworkError
-from zoo.checks import IntegerTargetsWarning
+from zoo.checks import IntegerTargetsWarning, UnstandardisedTargetsWarning
 
 from inference import Posterior, fit
 
@@ -128,6 +128,28 @@ def test_integer_regression_targets_are_fitted_with_a_note():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # whole numbers as floats (UCI wine quality) pass silently
         fit(bnn, x, counts.float(), **QUICK_MAP)
+
+
+def test_raw_regression_targets_warn_and_the_advice_works():
+    """Targets of mean 29 and sd 5 under the identity target scaling: a note naming the column, its mean and sd, and
+    ``set_target_scaling``; following it is silent and predicts in original units.  Standardised targets and a
+    classifier's labels pass silently."""
+    x, y = _sine()
+    raw = 30 + 7 * y
+    bnn = BayesianNetwork(_net(), stochastic="last", example_input=x[:2])
+    with pytest.warns(UnstandardisedTargetsWarning, match=r"y is not standardised \(column 0: mean 29.16, sd 5.26\).*"
+                                                          r"bnn.set_target_scaling\(loc, scale\)"):
+        fit(bnn, x, raw, **QUICK_MAP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit(bnn, x, y, **QUICK_MAP)  # already standardised
+        loc, scale = raw.mean(0), raw.std(0)
+        bnn.set_target_scaling(loc, scale)
+        post = fit(bnn, x, (raw - loc) / scale, backend="map", progress=False, epochs=300)
+        labels = (x[:, 0] > 0).long()
+        fit(BayesianNetwork(_net(outputs=2), "last", likelihood=CategoricalLikelihood(), example_input=x[:2]), x,
+            labels, **QUICK_MAP)
+    assert abs(float(post.predict(x, seed=0).mean.mean()) - float(loc)) < 1.0
 
 
 # ---------------------------------------------------------------------- a posterior that was never fitted
